@@ -1,0 +1,748 @@
+"""The five text environments of RAGEN-2: Sokoban, FrozenLake, Countdown, MetaMathQA, Bandit.
+
+What it implements (paper section 4 / App. B; official-code facts in spec/reference-code.md section 5):
+  * sokoban    6x6 room (outer ring wall), 1 box, actions Up/Down/Left/Right with push mechanics; rewards -0.1 per
+               executed action (bumps included), +1 box onto a target, -1 box off a target, +10 when every box
+               is on a target (done, success). Rooms come from sokoban_gen.py (reverse play) and are solvable
+               within the action budget. 5 turns x <= 2 actions, 10 actions per episode.
+  * frozenlake 4x4 lake, frozen-tile probability 0.9, random distinct start and goal joined by a safe path.
+               Reward 1 at the goal; a hole ends the episode (no success). `slip` = probability of sliding to
+               one of the two perpendicular directions (never backwards), default 0. 5 x 2 actions, 10 in all.
+  * countdown  3-4 numbers and a reachable target; the answer is an arithmetic expression read by a safe
+               `ast` walker (never `eval`): 1.0 correct, 0.1 right numbers but wrong value, 0 otherwise.
+  * metamathqa a MetaMathQA-format file (answer after "The answer is:") or built-in word problems with exact
+               answers; normalised exact match; reward 1/2^attempt. 1 turn, 1 answer by default.
+  * bandit     two arms named after an occupational pair: the low-risk arm pays 0.1, the high-risk arm pays
+               1.0 with probability 0.25 (else 0). Success = the high-risk arm was chosen.
+Observations are text: a "Coordinates:" block and a "Grid Map:" block for the grid games, as in the reference's
+`grid_coord` format. `instructions` (the env part of the system message) states the rules, the symbol legend,
+the action names, the `<think>...</think><answer>...</answer>` format, the `||` separator and the budgets.
+
+Contract (CONTRIBUTING.md): `make_env(name, **options)`, `ENV_NAMES`; an Env has `name`, `instructions`,
+`action_names` (valid action strings, or None for free-form answers), `max_turns`, `max_actions_per_turn`,
+`max_actions`, `max_tokens`, `reset(seed) -> str`, `render() -> str`, `step(action) -> (obs, reward, done, info)`.
+`step` takes ONE action string (the rollout splits the model's answer on "||" and enforces the budgets).
+Actions match case-insensitively. An invalid action returns info["valid"] = False, reward 0, the state
+unchanged, done False, and does not count as an executed action; it never raises.
+
+Seeding: every random choice comes from a local numpy Generator seeded by reset(seed), never the global RNGs,
+so envs reset with the same seed are identical, including FrozenLake slips and Bandit payouts (common random
+numbers: same seed and same actions => same trajectory). Envs are plain objects; `copy.deepcopy` clones them.
+
+Paper vs code: FrozenLake `slip` defaults to 0 (deterministic, the main-table scripts); the paper's text says the
+lake is 2% slippery, i.e. `slip=0.02`. The slip-sweep scripts use slip in {0, .02, .05, .1, .2, .5, 1}.
+Deliberate differences from the official code (each documented where it happens):
+  * Bandit members of a group share the prompt (the reference adds a per-env counter to the seed);
+    `payout_offset` gives an env its own payout stream.
+  * Sokoban rooms are re-generated (derived seed) until solvable within the budget (`check_budget=False`: the
+    reference's behaviour). FrozenLake's instructions give the true board size and mention slipping only when
+    slip > 0. MetaMathQA also accepts numerically equal answers ("5.0" for "5"; `numeric_match=False` is the
+    reference's pure string match). Countdown generates instances locally (`ops="+-"` mimics the reference's
+    filter to instances solvable with signs only) and reads the public task set from a local `data_path`.
+Left out: WebShop and the other external environments, image observations, dataset downloads.
+
+Run: `python envs.py sokoban --seed 3 --show` prints the instructions and first observation;
+`python envs.py frozenlake --seed 1 --play -o slip=0.2` plays an episode in the terminal.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import itertools
+import json
+import operator
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+import sokoban_gen
+from sokoban_gen import MOVES, TARGET, WALL, push
+
+ENV_NAMES = ("sokoban", "frozenlake", "countdown", "metamathqa", "bandit")
+FORMAT = "<think> [your reasoning] </think> <answer> [your answer] </answer>"
+
+
+# ----------------------------------------------------------------------------------------------- validation
+def _int_opt(flag, value, lo=1):
+    """An integer option >= lo (bools rejected), else ValueError naming the option."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise ValueError(f"{flag} must be an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+def _prob_opt(flag, value, lo_open):
+    """A probability option in [0, 1], or in (0, 1] when lo_open."""
+    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
+    if not ok or not (0.0 < value <= 1.0 if lo_open else 0.0 <= value <= 1.0):
+        raise ValueError(f"{flag} must be a number in {'(0, 1]' if lo_open else '[0, 1]'}, got {value!r}")
+    return float(value)
+
+
+# --------------------------------------------------------------------------------------------------- base
+class Env:
+    """Shared protocol: budgets, action matching, the step bookkeeping and the instruction text.
+
+    A subclass sets `name`, `action_names`, `self.instructions`, and implements `_reset(seed)` (build the
+    instance), `_step(action) -> (reward, info_extra)` (one VALID action; sets self.done / self.success) and
+    `render()`.
+    """
+    name = "env"
+    action_names = None        # list of valid action strings, or None when any non-empty answer is accepted
+    noun = "action"            # what one step is called in the instructions ("action" / "answer")
+
+    def __init__(self, max_turns, max_actions_per_turn, max_actions, max_tokens):
+        self.max_turns = _int_opt("max_turns", max_turns)
+        self.max_actions_per_turn = _int_opt("max_actions_per_turn", max_actions_per_turn)
+        self.max_actions = _int_opt("max_actions", max_actions)
+        self.max_tokens = _int_opt("max_tokens", max_tokens)        # length hint in words (rollout prompt)
+        self.seed, self.done, self.success, self.num_actions = None, False, False, 0
+        self.solution = None   # a list of actions that solves the instance from reset, when known (demos, tests)
+
+    def protocol(self, example: str) -> str:
+        """The part of the instructions every env shares: actions, answer format, separator, budgets."""
+        k, n, t = self.max_actions_per_turn, self.max_actions, self.max_turns
+        lines = []
+        if self.action_names:
+            lines.append(f"Valid actions: {', '.join(self.action_names)} (case-insensitive); "
+                         "an invalid action is ignored.")
+        lines.append(f"Answer format: {FORMAT}.")
+        if k > 1:
+            lines.append(f"You may give up to {k} {self.noun}s per turn, separated by ' || ', "
+                         f"e.g. <answer>{example}</answer>.")
+        else:
+            lines.append(f"Give exactly one {self.noun} per turn (do not join several with ' || '), "
+                         f"e.g. <answer>{example}</answer>.")
+        lines.append(f"The episode allows at most {n} {self.noun}{'s' if n > 1 else ''} "
+                     f"over at most {t} turn{'s' if t > 1 else ''}.")
+        return "\n".join(lines)
+
+    def reset(self, seed) -> str:
+        """Start a new episode; the same seed always gives the same instance and the same observation text."""
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        self.seed, self.done, self.success, self.num_actions = int(seed), False, False, 0
+        self._reset(self.seed)
+        return self.render()
+
+    def step(self, action: str):
+        """Execute one action string. Returns (obs, reward, done, info); info has valid, success, effective,
+        actions (= number of executed actions so far). Invalid input never raises and changes nothing."""
+        if self.seed is None:                              # a programming error, not bad model output
+            raise RuntimeError(f"{self.name}: call reset(seed) before step()")
+        key = action.strip() if isinstance(action, str) else ""
+        if self.action_names is not None:                  # discrete actions: case-insensitive lookup
+            key = {a.lower(): a for a in self.action_names}.get(key.lower(), "")
+        if self.done or not key:                           # invalid (or the episode is already over)
+            return self.render(), 0.0, self.done, self._info(valid=False, effective=False)
+        reward, extra = self._step(key)                   # valid: the env executes it (it counts as a step)
+        self.num_actions += 1
+        return self.render(), float(reward), self.done, self._info(valid=True, **extra)
+
+    def _info(self, **kw):
+        """info dict of a step: success so far, executed-action count, plus valid/effective and extras."""
+        return {"success": self.success, "actions": self.num_actions, **kw}
+
+
+def _coord_block(shape, labelled):
+    """'Board size' line + one 'Label: (r, c), ...' line per non-empty entity list (reference grid_coord)."""
+    lines = [f"Board size: {shape[0]} rows x {shape[1]} cols (zero-indexed)."]
+    for label, cells in labelled:
+        if cells:
+            lines.append(f"{label}: " + ", ".join(f"({r}, {c})" for r, c in sorted(cells)))
+    return "\n".join(lines)
+
+
+def _legend(symbols: dict) -> str:
+    """Symbol legend line of the system message (the reference appends it when an env has a grid vocabulary)."""
+    return "The meaning of each symbol in the state is: " + ", ".join(f"{k}: {v}" for k, v in symbols.items()) + "."
+
+
+def _coords_sentence(shape) -> str:
+    """How to read coordinates. Uses the true board size (the reference's FrozenLake text says (5, 5) on 4x4)."""
+    return (f"Coordinates are zero-indexed (row, col), from the top-left corner (0, 0) to the bottom-right corner "
+            f"({shape[0] - 1}, {shape[1] - 1}); Up decreases the row, Down increases it, Left decreases the "
+            "column, Right increases it.")
+
+
+# ------------------------------------------------------------------------------------------------ Sokoban
+class Sokoban(Env):
+    """Push every box onto a target (reference CoordSokoban). State: fixed walls/targets, player, box set."""
+    name = "sokoban"
+    action_names = list(MOVES)                                       # Up, Down, Left, Right
+    symbols = {"#": "wall", "_": "empty", "O": "target", "√": "box on target", "X": "box", "P": "player",
+               "S": "player on target"}
+
+    def __init__(self, dim=6, num_boxes=1, search_depth=300, check_budget=True,
+                 max_turns=5, max_actions_per_turn=2, max_actions=10, max_tokens=120):
+        super().__init__(max_turns, max_actions_per_turn, max_actions, max_tokens)
+        # dim: an int (square room) or (rows, cols); the outer ring is wall, so the interior is (rows-2)x(cols-2)
+        shape = (dim, dim) if not isinstance(dim, (tuple, list)) else tuple(dim)
+        if len(shape) != 2:
+            raise ValueError(f"dim must be an integer or a (rows, cols) pair, got {dim!r}")
+        self.shape = tuple(_int_opt("dim", d, lo=4) for d in shape)
+        self.num_boxes = _int_opt("num_boxes", num_boxes)
+        interior = (self.shape[0] - 2) * (self.shape[1] - 2)
+        if self.num_boxes + 2 > interior:                            # player + boxes + at least one spare cell
+            raise ValueError(f"num_boxes={num_boxes} does not fit a {self.shape} room: at most {interior - 2} "
+                             f"boxes fit its {interior} interior cells")
+        self.search_depth = _int_opt("search_depth", search_depth, lo=2)
+        if not isinstance(check_budget, bool):
+            raise ValueError(f"check_budget must be True or False, got {check_budget!r}")
+        self.check_budget = check_budget
+        self.instructions = "\n".join([
+            "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets.",
+            "You are given the coordinates of the targets, boxes and player, and a symbol grid. "
+            + _coords_sentence(self.shape),
+            "When you are exactly next to a box, you can push it by moving in the same direction. "
+            "You cannot push a box through a wall or another box, and you cannot pull a box.",
+            _legend(self.symbols),
+            self.protocol("Right || Up")])
+
+    def _reset(self, seed):
+        """Room by reverse play; re-generated from derived seeds until solvable within max_actions."""
+        room = sokoban_gen.generate(seed, self.shape, self.num_boxes, self.search_depth,
+                                    self.max_actions, self.check_budget)
+        self.fixed, self.player, self.boxes = room.fixed, room.player, room.boxes   # (rows, cols), (r, c), {(r, c)}
+        self.solution = room.solution
+
+    def _step(self, action):
+        """gym-sokoban rewards: -0.1 per step, +1 / -1 box onto / off a target, +10 when all boxes are placed."""
+        before = self.player
+        self.player, self.boxes, moved = push(self.fixed, self.player, self.boxes, MOVES[action])
+        reward = -0.1                                                # every executed action, bumps included
+        if moved is not None:                                        # +1 onto a target, -1 off a target
+            src, dst = moved
+            reward += float(self.fixed[dst] == TARGET) - float(self.fixed[src] == TARGET)
+        if all(self.fixed[b] == TARGET for b in self.boxes):
+            reward += 10.0                                           # solved: episode over
+            self.done = self.success = True
+        return reward, {"effective": self.player != before}
+
+    def render(self) -> str:
+        """grid_coord observation: coordinates (walls omitted, empty lists omitted) then the symbol grid."""
+        targets = [tuple(t) for t in np.argwhere(self.fixed == TARGET).tolist()]    # all targets, covered or not
+        on = [b for b in self.boxes if self.fixed[b] == TARGET]
+        player_on = self.fixed[self.player] == TARGET
+        coords = _coord_block(self.shape, [
+            ("Targets", targets), ("Boxes", [b for b in self.boxes if b not in on]), ("Boxes on target", on),
+            ("Player", [] if player_on else [self.player]), ("Player on target", [self.player] if player_on else [])])
+        # (rows, cols) symbols: fixed layer first, then boxes, then the player on top
+        grid = np.where(self.fixed == WALL, "#", np.where(self.fixed == TARGET, "O", "_")).astype(object)
+        for b in self.boxes:
+            grid[b] = "√" if self.fixed[b] == TARGET else "X"
+        grid[self.player] = "S" if player_on else "P"
+        # the reference pads every cell with a space on each side (" # "); we keep that token layout
+        rows = "\n".join("".join(f" {s} " for s in row) for row in grid)
+        return f"Coordinates:\n{coords}\nGrid Map:\n{rows}"
+
+
+# --------------------------------------------------------------------------------------------- FrozenLake
+FL_MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}   # reference order 1..4
+FL_ORDER = list(FL_MOVES)
+
+
+def lake_path(holes: np.ndarray, start: tuple, goal: tuple):
+    """Shortest hole-free action list from start to goal (BFS over cells), or None if the goal is cut off."""
+    n_r, n_c = holes.shape
+    parent, frontier = {start: None}, [start]
+    while frontier:
+        nxt = []
+        for cell in frontier:
+            for name, (dr, dc) in FL_MOVES.items():
+                r, c = cell[0] + dr, cell[1] + dc
+                if 0 <= r < n_r and 0 <= c < n_c and not holes[r, c] and (r, c) not in parent:
+                    parent[(r, c)] = (cell, name)
+                    nxt.append((r, c))
+        frontier = nxt
+    if goal not in parent:
+        return None
+    path, cur = [], goal
+    while parent[cur] is not None:
+        cur, name = parent[cur]
+        path.append(name)
+    return path[::-1]
+
+
+class FrozenLake(Env):
+    """Walk from start to goal without falling into a hole (reference CoordFrozenLake)."""
+    name = "frozenlake"
+    action_names = FL_ORDER                                        # Left, Down, Right, Up
+    symbols = {"P": "player", "_": "empty", "O": "hole", "G": "goal", "X": "player in hole",
+               "√": "player on goal"}
+    MAX_MAP_TRIES = 100_000
+
+    def __init__(self, size=4, p_frozen=0.9, slip=0.0,
+                 max_turns=5, max_actions_per_turn=2, max_actions=10, max_tokens=120):
+        super().__init__(max_turns, max_actions_per_turn, max_actions, max_tokens)
+        self.size = _int_opt("size", size, lo=2)
+        self.p_frozen = _prob_opt("p_frozen", p_frozen, lo_open=True)
+        # slip: the paper text says 2% (s = 0.98), the main-table scripts use 0 (deterministic); default 0
+        self.slip = _prob_opt("slip", slip, lo_open=False)
+        slippery = (f"The ice is slippery: with probability {self.slip:g} you slide to one of the two directions "
+                    "perpendicular to the one you chose (never backwards)." if self.slip > 0 else
+                    "The ice is not slippery: every move goes in the direction you chose.")
+        self.instructions = "\n".join([
+            "You are solving the FrozenLake puzzle. Walk from the start to the goal without falling into a hole; "
+            "falling into a hole ends the game. Moving against the edge of the board leaves you in place.",
+            "You are given the coordinates of the start, goal, player and holes, and a symbol grid. "
+            + _coords_sentence((self.size, self.size)),
+            slippery, _legend(self.symbols), self.protocol("Left || Up")])
+
+    def _reset(self, seed):
+        """Random lake: each tile frozen with prob p_frozen, distinct start and goal, redrawn until a safe path."""
+        # two independent streams: the map, and the slips (so slips never depend on how many maps were drawn)
+        map_seq, slip_seq = np.random.SeedSequence(seed).spawn(2)
+        rng, n = np.random.default_rng(map_seq), self.size
+        for _ in range(self.MAX_MAP_TRIES):
+            holes = rng.random((n, n)) >= self.p_frozen                 # (n, n) True = hole, P = 1 - p_frozen
+            start = tuple(int(x) for x in rng.integers(n, size=2))
+            goal = tuple(int(x) for x in rng.integers(n, size=2))
+            if start == goal:
+                continue
+            holes[start] = holes[goal] = False
+            path = lake_path(holes, start, goal)
+            if path is not None:                                      # regenerate until a safe path exists
+                break
+        else:
+            raise ValueError(f"no {n}x{n} lake with a safe path found for p_frozen={self.p_frozen}")
+        self.holes, self.start, self.goal, self.player = holes, start, goal, start
+        self.solution = path
+        self.slip_rng = np.random.default_rng(slip_seq)
+
+    def _step(self, action):
+        # one uniform draw per executed action whatever `slip` is, so equal seeds + equal actions => equal outcomes
+        u, i = self.slip_rng.random(), FL_ORDER.index(action)
+        if u < self.slip / 2:
+            executed = FL_ORDER[(i - 1) % 4]                          # perpendicular, one side
+        elif u < self.slip:
+            executed = FL_ORDER[(i + 1) % 4]                          # perpendicular, other side
+        else:
+            executed = action
+        dr, dc = FL_MOVES[executed]
+        before = self.player
+        r = min(max(before[0] + dr, 0), self.size - 1)                 # the edge stops the player
+        c = min(max(before[1] + dc, 0), self.size - 1)
+        self.player = (r, c)
+        reward = 0.0
+        if self.holes[r, c]:
+            self.done = True                                          # fell in: over, no success
+        elif self.player == self.goal:
+            self.done = self.success = True
+            reward = 1.0
+        return reward, {"effective": self.player != before, "direction": executed, "slipped": executed != action}
+
+    def render(self) -> str:
+        """grid_coord observation: Start, Goal, the player line (plain / on goal / in hole), Holes; then the grid."""
+        holes = [tuple(h) for h in np.argwhere(self.holes).tolist()]
+        p, in_hole, on_goal = self.player, bool(self.holes[self.player]), self.player == self.goal
+        coords = _coord_block(self.holes.shape, [
+            ("Start", [self.start]), ("Goal", [self.goal]),
+            ("Player", [] if in_hole or on_goal else [p]), ("Player on goal", [p] if on_goal else []),
+            ("Player in hole", [p] if in_hole else []), ("Holes", holes)])
+        grid = np.where(self.holes, "O", "_").astype(object)           # the start tile shows as empty
+        grid[self.goal] = "G"
+        grid[p] = "X" if in_hole else "√" if on_goal else "P"
+        return f"Coordinates:\n{coords}\nGrid Map:\n" + "\n".join("".join(row) for row in grid)
+
+
+# ---------------------------------------------------------------------------------------------- data files
+def load_records(path, fields, flag="data_path"):
+    """Rows of a local JSON (a list of objects), JSONL or parquet file, each with every key in `fields`."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{flag}={str(path)!r} is not a file")
+    suffix = p.suffix.lower()
+    if suffix not in (".json", ".jsonl", ".parquet"):
+        raise ValueError(f"{flag} must end in .json, .jsonl or .parquet, got {str(path)!r}")
+    if suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq                              # optional dependency
+        except ImportError:
+            raise ValueError(f"{flag}={str(path)!r}: reading .parquet needs pyarrow (pip install pyarrow); "
+                             "or convert the file to .jsonl") from None
+        rows = pq.read_table(p).to_pylist()
+    else:
+        try:                                                          # .json: one list; .jsonl: one row a line
+            text = p.read_text()
+            rows = json.loads(text) if suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
+        except ValueError as err:                                     # bad JSON or bad text encoding
+            raise ValueError(f"{flag}={str(path)!r} is not valid {suffix[1:].upper()}: {err}") from None
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and set(fields) <= set(r)
+                                                         for r in rows):
+        raise ValueError(f"{flag}={str(path)!r} must hold a non-empty list of records with fields {list(fields)}")
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- Countdown
+MAX_EXPR_CHARS = 200                            # longer answers score 0 without being parsed
+EXPR_CHARS = re.compile(r"[0-9+\-*/()\s]*")     # digits, the four operators, parentheses, spaces: nothing else
+BIN_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def parse_expression(text: str):
+    """Safely read an arithmetic answer: (numbers, value) or None when it is not a plain expression.
+
+    Two gates, no `eval`: a character whitelist, then an AST whitelist (integer literals, + - * /, unary +/-,
+    parentheses). `**`, names, calls, attributes, floats, `//` are rejected before anything is computed, so
+    '9**9**9**9' or "__import__('os')" cost microseconds. value is an exact Fraction, or None on division by 0.
+    """
+    if not isinstance(text, str) or len(text) > MAX_EXPR_CHARS or not EXPR_CHARS.fullmatch(text):
+        return None
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    numbers = []
+    for node in ast.walk(tree):                                     # gate 2: every node must be whitelisted
+        if isinstance(node, ast.Constant):
+            if type(node.value) is not int:
+                return None                                         # floats, strings, ...
+            numbers.append(node.value)
+        elif not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.UAdd, ast.USub, *BIN_OPS)):
+            return None                                             # names, calls, **, //, ...
+
+    def value(node):                                                # exact rational arithmetic
+        if isinstance(node, ast.Constant):
+            return Fraction(node.value)
+        if isinstance(node, ast.UnaryOp):
+            v = value(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        return BIN_OPS[type(node.op)](value(node.left), value(node.right))
+
+    try:
+        return numbers, value(tree.body)
+    except ZeroDivisionError:
+        return numbers, None
+
+
+def countdown_reward(answer: str, nums, target) -> float:
+    """1.0 if the expression uses exactly the multiset `nums` and equals target (tolerance 1e-5); 0.1 if the
+    numbers are right but the value is wrong (or divides by zero); 0.0 if malformed or the numbers differ."""
+    parsed = parse_expression(answer)
+    if parsed is None or sorted(parsed[0]) != sorted(int(n) for n in nums):
+        return 0.0
+    return 1.0 if parsed[1] is not None and abs(parsed[1] - target) < 1e-5 else 0.1
+
+
+def countdown_instance(rng: np.random.Generator, ops="+-*/", lo=1, hi=100, max_tries=100_000):
+    """3-4 numbers in [lo, hi] and a target in [lo, hi] reached by combining all of them with `ops`.
+
+    Built forwards: repeatedly combine two random items with a random operator, keeping every intermediate a
+    positive integer (subtraction larger-minus-smaller, exact division only); retry until the target is in range.
+    Returns (nums, target, expression) with the expression as a certificate of reachability.
+    """
+    for _ in range(max_tries):
+        nums = [int(x) for x in rng.integers(lo, hi + 1, size=int(rng.integers(3, 5)))]
+        items = [(n, str(n)) for n in nums]                          # (value, expression text)
+        while len(items) > 1:
+            i, j = (int(x) for x in rng.choice(len(items), size=2, replace=False))
+            (a, ea), (b, eb) = items[i], items[j]
+            op = ops[int(rng.integers(len(ops)))]
+            if op in "-/" and a < b:                                  # larger first for - and /
+                (a, ea), (b, eb) = (b, eb), (a, ea)
+            if (op == "-" and a == b) or (op == "/" and a % b):
+                break                                                 # zero or a fraction: start again
+            v = {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
+            items = [x for k, x in enumerate(items) if k not in (i, j)] + [(v, f"({ea} {op} {eb})")]
+        if len(items) == 1 and lo <= items[0][0] <= hi:
+            return nums, items[0][0], items[0][1][1:-1]               # drop the outer parentheses
+    raise ValueError(f"ops={ops!r}: no reachable Countdown instance found in {max_tries} tries")
+
+
+def signed_sum(nums, target):
+    """An expression '+-n1 +- n2 ...' (each number once, in order) equal to target, or None (2^k sign patterns)."""
+    for signs in itertools.product((1, -1), repeat=len(nums)):
+        if sum(s * n for s, n in zip(signs, nums)) == target:
+            text = " ".join(f"{'+' if s > 0 else '-'} {n}" for s, n in zip(signs, nums))
+            return text[2:] if signs[0] > 0 else "-" + text[2:]
+    return None
+
+
+class Countdown(Env):
+    """Reach the target with the given numbers (reference `_4_countdown`). Single turn, one answer."""
+    name = "countdown"
+    noun = "answer"
+
+    def __init__(self, data_path=None, ops="+-*/", max_tokens=100):
+        """ops: the operators instances are built from. Generated instances use only these; with a data file,
+        "+-*/" keeps every row and "+-" keeps the rows solvable as a signed sum (the reference's filter)."""
+        super().__init__(1, 1, 1, max_tokens)
+        if not isinstance(ops, str) or not ops or set(ops) - set("+-*/") or len(set(ops)) != len(ops):
+            raise ValueError(f"ops must be a non-empty subset of '+-*/' without repeats, got {ops!r}")
+        self.ops = ops
+        self.data = None
+        if data_path is not None:                     # e.g. a JSONL export of Countdown-Tasks-3to4 (nums, target)
+            if set(ops) not in ({"+", "-"}, set("+-*/")):
+                raise ValueError(f"with data_path, ops must be '+-*/' (all rows) or '+-' (rows solvable with "
+                                 f"signs only), got {ops!r}")
+            rows = [([int(n) for n in r["nums"]], int(r["target"]))
+                    for r in load_records(data_path, ("nums", "target"))]
+            # (nums, target, solution or None): the signed-sum solution doubles as the certificate
+            self.data = [(n, t, signed_sum(n, t)) for n, t in rows]
+            if len(ops) == 2:
+                self.data = [row for row in self.data if row[2] is not None]
+                if not self.data:
+                    raise ValueError(f"data_path={data_path!r}: no row is solvable with ops='+-'")
+        self.instructions = "\n".join([
+            "You are solving the Countdown puzzle. Use every number in the list exactly once, with + - * / and "
+            "parentheses, to write an arithmetic expression that equals the target.",
+            "Answer with the expression only, without '=' or the target. For target 4 and numbers [3, 5, 2]: "
+            "<think> 2 + 5 = 7, 7 - 3 = 4. </think> <answer>2 + 5 - 3</answer>",
+            self.protocol("(7 - 3) * 2")])
+
+    def _reset(self, seed):
+        if self.data is not None:                     # reference rule: instance = seed mod len(data)
+            self.nums, self.target, expr = self.data[seed % len(self.data)]
+            self.solution = None if expr is None else [expr]
+        else:
+            self.nums, self.target, expr = countdown_instance(np.random.default_rng(seed), self.ops)
+            self.solution = [expr]
+        self.obs = f"Target: {self.target}, nums: {self.nums}"
+
+    def _step(self, answer):
+        """Grade the one answer; the episode ends whatever the result (single turn, single action)."""
+        reward = countdown_reward(answer, self.nums, self.target)
+        self.done, self.success = True, reward == 1.0
+        self.obs = {1.0: "Correct!", 0.1: "Right numbers, wrong value."}.get(reward, "Invalid expression.")
+        return reward, {"effective": True}
+
+    def render(self) -> str:
+        return self.obs
+
+
+# --------------------------------------------------------------------------------------------- MetaMathQA
+NAMES = ["Ava", "Ben", "Chloe", "Diego", "Emma", "Farah", "Hugo", "Ines", "Jonas", "Mei", "Omar", "Lena"]
+# built-in word problems: each template maps integers from the rng to (question, exact integer answer)
+PROBLEMS = [
+    lambda n, a, b, c: (f"{n} has {a} apples and buys {b} bags with {c} apples in each bag. "
+                        f"How many apples does {n} have now?", a + b * c),
+    lambda n, a, b, c: (f"{n} reads {a} pages every day for {b} days and then {c} more pages. "
+                        f"How many pages did {n} read in total?", a * b + c),
+    lambda n, a, b, c: (f"{n} had {a * b + c + b} stickers and gave {a} stickers to each of {b} friends. "
+                        f"How many stickers does {n} have left?", c + b),
+    lambda n, a, b, c: (f"A tank holds {a * c + b} liters. {n} pours out {b} liters and splits the rest equally "
+                        f"into {c} bottles. How many liters are in each bottle?", a),
+    lambda n, a, b, c: (f"Pencils cost {b} dollars each. {n} buys {c} pencils and pays with {b * c + a} dollars. "
+                        f"How much change does {n} get?", a),
+    lambda n, a, b, c: (f"A rectangle is {a + c} meters long and {b} meters wide. What is its perimeter in "
+                        "meters?", 2 * (a + c + b)),
+]
+
+
+def word_problem(rng: np.random.Generator):
+    """(question, answer string) of a built-in arithmetic word problem (offline stand-in for MetaMathQA)."""
+    name = NAMES[int(rng.integers(len(NAMES)))]
+    a, b, c = (int(x) for x in rng.integers(2, 20, size=3))
+    question, answer = PROBLEMS[int(rng.integers(len(PROBLEMS)))](name, a, b, c)
+    return question, str(answer)
+
+
+def _number(text: str):
+    """'5', '5.0', '-3', '1/2', '1,000', '$12' -> Fraction; None when the text is not a plain number."""
+    text = text.lstrip("$")
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", text):
+        text = text.replace(",", "")                                 # thousands separators only
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def answers_match(answer: str, label: str, numeric: bool = True) -> bool:
+    """Reference rule: equal after removing whitespace and lower-casing. With numeric=True (ours) two answers
+    that both read as plain numbers also match when equal as numbers ("5.0" == "5", "1,000" == "1000")."""
+    a, b = re.sub(r"\s+", "", answer.lower()), re.sub(r"\s+", "", label.lower())
+    if a == b:
+        return True
+    if numeric:
+        x, y = _number(a), _number(b)
+        return x is not None and y is not None and x == y
+    return False
+
+
+class MetaMathQA(Env):
+    """Answer a math question (reference `_5_metamathqa`); correct on attempt k (0-based) earns 1/2^k."""
+    name = "metamathqa"
+    noun = "answer"
+
+    def __init__(self, data_path=None, numeric_match=True,
+                 max_turns=1, max_actions_per_turn=1, max_actions=1, max_tokens=100):
+        super().__init__(max_turns, max_actions_per_turn, max_actions, max_tokens)
+        if not isinstance(numeric_match, bool):
+            raise ValueError(f"numeric_match must be True or False, got {numeric_match!r}")
+        self.numeric_match = numeric_match
+        self.data = None
+        if data_path is not None:                    # MetaMathQA rows: query, response ending "The answer is: X"
+            rows = load_records(data_path, ("query", "response"))
+            labelled = [(str(r["query"]), re.search(r"The answer is:\s*(.*)$", str(r["response"]), re.DOTALL))
+                        for r in rows]
+            self.data = [(q, m.group(1).strip()) for q, m in labelled if m and m.group(1).strip()]
+            if not self.data:
+                raise ValueError(f"data_path={data_path!r}: no response contains 'The answer is: <answer>'")
+        self.instructions = "\n".join([
+            "You are solving math problems. Reason step by step, then give only the final answer "
+            "(a number or a short expression) in the answer tags.",
+            self.protocol("42")])
+
+    def _reset(self, seed):
+        rng = np.random.default_rng(seed)
+        if self.data is not None:                    # reference: a random row under the seed
+            self.question, self.label = self.data[int(rng.integers(len(self.data)))]
+        else:
+            self.question, self.label = word_problem(rng)
+        self.solution, self.obs = [self.label], self.question
+
+    def _step(self, answer):
+        """Grade one answer; a wrong one leaves the episode open while graded answers remain (max_actions)."""
+        correct = answers_match(answer, self.label, self.numeric_match)
+        reward = 0.5 ** self.num_actions if correct else 0.0          # num_actions = earlier graded answers
+        self.success = correct
+        self.done = correct or self.num_actions + 1 >= self.max_actions
+        self.obs = "Correct!" if correct else "Incorrect. Please think again."
+        return reward, {"effective": True}
+
+    def render(self) -> str:
+        return self.obs
+
+
+# ------------------------------------------------------------------------------------------------- Bandit
+# (low-risk, high-risk) occupational name pairs, the reference's train / test lists
+ARM_PAIRS = {
+    "train": [("Teacher", "Trader"), ("Nurse", "StartupFounder"), ("Librarian", "Investor"),
+              ("Accountant", "StockBroker"), ("Engineer", "RealEstateAgent"), ("Pharmacist", "Musician"),
+              ("Clerk", "Freelancer"), ("Technician", "Youtuber"), ("Planner", "Artist"), ("Postman", "Pilot"),
+              ("Banker", "VentureCapitalist"), ("Gardener", "Cryptominer")],
+    "test": [("Receptionist", "Explorer"), ("Archivist", "Filmmaker"), ("Bookkeeper", "Consultant"),
+             ("SocialWorker", "Photographer"), ("Mechanic", "GameDesigner"), ("Secretary", "Entrepreneur"),
+             ("Cashier", "DataScientist"), ("CivilServant", "StartupAccelerator")],
+}
+LOW_PAY, HIGH_PAY, HIGH_PROB = 0.1, 1.0, 0.25
+
+
+class Bandit(Env):
+    """Pick one of two named arms (reference `_1_bandit`). `action_names` = this instance's two arm names.
+
+    The payout of the high-risk arm is drawn from a stream seeded by (seed, payout_offset): envs reset with the
+    same seed share the prompt AND the payout draw (common random numbers). The reference instead gives each env
+    its own seed, so group members see different prompts; pass distinct `payout_offset`s to decorrelate payouts.
+    """
+    name = "bandit"
+    action_names = []                                              # set by reset: the two arms of the instance
+
+    def __init__(self, split="train", payout_offset=0, max_tokens=100):
+        super().__init__(1, 1, 1, max_tokens)
+        if split not in ARM_PAIRS:
+            raise ValueError(f"split must be one of {list(ARM_PAIRS)}, got {split!r}")
+        self.split = split
+        self.payout_offset = _int_opt("payout_offset", payout_offset, lo=0)
+        self.instructions = "\n".join([
+            "You are playing a bandit game. Goal: maximize your reward by choosing which of two arms to pull.",
+            "Each arm has its own reward distribution, related to its name. Analyze the symbolic meaning of each "
+            "arm's name to guess which arm gives higher rewards on average.",
+            "Valid actions: the two arm names given in the observation (case-insensitive).",
+            self.protocol("ArmName")])
+
+    def _reset(self, seed):
+        """Pick a name pair and a random arm order from the seed; the payout stream is seeded separately."""
+        rng = np.random.default_rng(seed)
+        self.low, self.high = ARM_PAIRS[self.split][int(rng.integers(len(ARM_PAIRS[self.split])))]
+        self.action_names = [self.low, self.high] if rng.random() < 0.5 else [self.high, self.low]
+        self.payout_rng = np.random.default_rng([seed, self.payout_offset])
+        self.solution = [self.high]
+        a, b = self.action_names
+        self.obs = (f"There are 2 arms, named {a} and {b}. Which arm do you think is more likely to give higher "
+                    f"rewards on average? Choose between {a} and {b}: answer <answer>{a}</answer> or "
+                    f"<answer>{b}</answer>.")
+
+    def _step(self, arm):
+        if arm == self.low:
+            reward = LOW_PAY
+        else:                                                       # high risk: 1.0 w.p. 0.25, else 0
+            reward = HIGH_PAY if self.payout_rng.random() < HIGH_PROB else 0.0
+        self.done, self.success = True, arm == self.high
+        self.obs = f"{arm}: {reward} points"
+        return reward, {"effective": True}
+
+    def render(self) -> str:
+        return self.obs
+
+
+# ------------------------------------------------------------------------------------------------ factory
+ENVS = {"sokoban": Sokoban, "frozenlake": FrozenLake, "countdown": Countdown, "metamathqa": MetaMathQA,
+        "bandit": Bandit}
+
+
+def make_env(name: str, **options) -> Env:
+    """Build an environment by name; unknown names or options raise ValueError listing the valid ones."""
+    cls = ENVS.get(name.lower()) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"unknown env name {name!r}; valid names: {', '.join(ENV_NAMES)}")
+    valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for env {cls.name!r}; valid options: {valid}")
+    return cls(**options)
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+def _parse_value(text: str):
+    """'3' -> 3, '0.2' -> 0.2, 'true' -> True, anything else stays a string."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Show or play one episode of a nanoRAGEN text environment.")
+    ap.add_argument("name", choices=ENV_NAMES)
+    ap.add_argument("--seed", type=int, default=0, help="instance seed (same seed, same instance)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--show", action="store_true", help="print instructions and first observation (default)")
+    mode.add_argument("--play", action="store_true", help="play an episode: type actions separated by ' || '")
+    ap.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="environment option, e.g. -o slip=0.2 -o size=5 (repeatable)")
+    args = ap.parse_args(argv)
+    options = {}
+    for item in args.option:
+        key, sep, val = item.partition("=")
+        if not sep:
+            ap.error(f"--option expects KEY=VALUE, got {item!r}")
+        options[key] = _parse_value(val)
+    env = make_env(args.name, **options)
+    obs = env.reset(args.seed)
+    print(f"=== instructions ===\n{env.instructions}\n")
+    if not args.play:
+        print(f"=== first observation (seed {args.seed}) ===\n{obs}\n")
+        if env.solution is not None:
+            print(f"=== a solution ===\n{' || '.join(env.solution)}")
+        return
+    total, used, done = 0.0, 0, False
+    for turn in range(1, env.max_turns + 1):
+        print(f"--- Turn {turn}: ---\n{obs}\n({env.max_actions - used} actions left)")
+        try:
+            answer = input("> ")
+        except EOFError:
+            break
+        actions = [a.strip() for a in answer.split("||") if a.strip()][:env.max_actions_per_turn]
+        for action in actions:
+            if used >= env.max_actions:
+                break
+            obs, reward, done, info = env.step(action)
+            used += info["valid"]
+            total += reward
+            print(f"{action!r}: reward {reward:+g}" + ("" if info["valid"] else " (invalid, ignored)"))
+            if done:
+                break
+        if done or used >= env.max_actions:
+            break
+    print(f"\n{obs}\n\nepisode over: return {total:+g}, success {env.success}")
+
+
+if __name__ == "__main__":
+    main()
