@@ -1,0 +1,201 @@
+"""Run directories: config, metrics, samples, checkpoints and exact resume (boilerplate, no algorithm here).
+
+A run lives in `runs/<name>/` (design.md, "Run directory"):
+
+    config.json      every resolved flag, plus seed, library versions, git commit, start time
+    metrics.jsonl    one JSON object per step (namespaced keys: train/, rollout/, filter/, mi_first_turn/, val/, time/),
+                     flushed and fsync'ed after every line, so a killed run loses at most the step in flight
+    samples.jsonl    a few full trajectories per step (chat text, actions, rewards) for reading what the agent does
+    checkpoints/last model, optimizer(s), RNG states, step, EMA and early-stop state: enough to continue *exactly*
+    plots/           written at the end by report.py
+
+Checkpoints are written to a temporary directory and renamed into place, so an interrupted save never destroys
+the previous checkpoint. `--resume runs/<name>` reloads `config.json`; flags given on the command line must agree
+with it, except those in `RESUMABLE_OVERRIDES` (e.g. `--steps` to extend a run). Disagreement is an error raised
+before any model is loaded.
+
+What it leaves out: remote trackers (wandb/tensorboard go through accelerate's trackers in train.py) and
+multi-checkpoint retention (only the last checkpoint is kept; runs are small).
+
+Run: imported by train.py; `python runlog.py runs/<name>` prints the last logged metrics of a run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# Flags that may differ between the original run and a resumed one (they do not change what the algorithm
+# computes up to the resumed step).
+RESUMABLE_OVERRIDES = {"steps", "resume", "eval_every", "save_every", "log_samples", "progress", "trackers",
+                       "early_stop_empty", "early_stop_rv", "early_stop_val"}
+
+
+def git_commit() -> str:
+    """The commit of the code that produced the run ('unknown' outside a git checkout), '+dirty' if modified."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha or "unknown") + ("+dirty" if dirty else "")
+
+
+def environment_info() -> dict:
+    """Versions that matter for reproducing a number."""
+    import accelerate
+    import transformers
+    return {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__,
+            "accelerate": accelerate.__version__, "numpy": np.__version__, "platform": platform.platform(),
+            "git_commit": git_commit(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+class RunLog:
+    """Append-only JSONL logs of one run. Only the main process writes (`enabled=False` elsewhere)."""
+
+    def __init__(self, run_dir: str | Path, enabled: bool = True):
+        self.dir = Path(run_dir)
+        self.enabled = enabled
+        self._metrics = self._samples = None
+        if enabled:
+            (self.dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+            self._metrics = open(self.dir / "metrics.jsonl", "a", buffering=1)
+            self._samples = open(self.dir / "samples.jsonl", "a", buffering=1)
+
+    def write_config(self, config: dict) -> None:
+        if self.enabled:
+            payload = {"flags": config, "env": environment_info()}
+            _atomic_write_text(self.dir / "config.json", json.dumps(payload, indent=2, sort_keys=True))
+
+    def log(self, step: int, metrics: dict) -> None:
+        """One line per step; flushed and fsync'ed so that `tail -f` and crashes both see every finished step."""
+        if self.enabled:
+            row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+            self._metrics.write(json.dumps(row) + "\n")
+            self._metrics.flush()
+            os.fsync(self._metrics.fileno())
+
+    def log_samples(self, step: int, samples: list[dict]) -> None:
+        if self.enabled and samples:
+            for s in samples:
+                self._samples.write(json.dumps({"step": step, **s}) + "\n")
+            self._samples.flush()
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, drop metric lines of steps after the checkpoint (they will be recomputed identically)."""
+        if not self.enabled:
+            return
+        for name, handle in (("metrics.jsonl", "_metrics"), ("samples.jsonl", "_samples")):
+            getattr(self, handle).close()
+            path = self.dir / name
+            keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+            _atomic_write_text(path, "".join(ln + "\n" for ln in keep))
+            setattr(self, handle, open(path, "a", buffering=1))
+
+    def close(self) -> None:
+        for f in (self._metrics, self._samples):
+            if f is not None:
+                f.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """All logged steps of a run, in order."""
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+
+
+def load_config(run_dir: str | Path) -> dict:
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        raise ValueError(f"--resume {run_dir}: no config.json there (not a nanoRAGEN run directory)")
+    return json.loads(path.read_text())["flags"]
+
+
+def check_resume_config(saved: dict, explicit: dict) -> None:
+    """Flags given explicitly on a resume must equal the saved ones (except RESUMABLE_OVERRIDES)."""
+    diffs = [f"--{k.replace('_', '-')}: run has {saved.get(k)!r}, command line has {v!r}"
+             for k, v in explicit.items() if k not in RESUMABLE_OVERRIDES and k in saved and saved[k] != v]
+    unknown = [k for k in explicit if k not in saved and k not in RESUMABLE_OVERRIDES]
+    if diffs or unknown:
+        lines = diffs + [f"--{k.replace('_', '-')}: not a flag of the saved run" for k in unknown]
+        raise ValueError("--resume: the command line disagrees with the run's config.json:\n  " + "\n  ".join(lines)
+                         + "\nStart a new run (--name) to change these, or drop them from the command line.")
+
+
+# ----------------------------------------------------------------------------------------------- RNG + checkpoints
+def rng_state() -> dict:
+    """Every global RNG a step touches (sampling in generate uses torch's)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: str | Path, state: dict, rank: int = 0) -> Path:
+    """Write `state` (tensors, optimizer states, plain Python) as checkpoints/last/rank{r}.pt, atomically.
+
+    Each process writes its own file (RNG states differ per process); rank 0 additionally owns the directory swap.
+    """
+    final = Path(run_dir) / "checkpoints" / "last"
+    tmp = Path(run_dir) / "checkpoints" / f".tmp-{rank}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    torch.save(state, tmp / f"rank{rank}.pt")
+    final.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp / f"rank{rank}.pt", final / f"rank{rank}.pt")  # atomic on POSIX
+    shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(run_dir: str | Path, rank: int = 0) -> dict | None:
+    path = Path(run_dir) / "checkpoints" / "last" / f"rank{rank}.pt"
+    if not path.exists():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _plain(v):
+    """JSON-friendly scalar: tensors and numpy numbers become Python floats/ints."""
+    if isinstance(v, torch.Tensor):
+        return v.item() if v.numel() == 1 else v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python runlog.py runs/<name>")
+    rows = read_metrics(sys.argv[1])
+    if not rows:
+        sys.exit(f"no metrics in {sys.argv[1]}")
+    for k, v in sorted(rows[-1].items()):
+        print(f"{k:48s} {v}")

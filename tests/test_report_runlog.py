@@ -1,0 +1,97 @@
+"""Run-directory bookkeeping (runlog.py) and multi-seed reporting (report.py)."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import report
+import runlog
+
+
+def _fake_run(tmp_path, name, flags, vals, key="val/success"):
+    d = tmp_path / name
+    log = runlog.RunLog(d)
+    log.write_config(flags)
+    for i, v in enumerate(vals):
+        log.log(i, {key: v, "mi/x": float(i)})
+    log.close()
+    return d
+
+
+def test_spearman_matches_closed_form_without_ties():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x, y = rng.normal(size=9), rng.normal(size=9)
+        d = np.argsort(np.argsort(x)) - np.argsort(np.argsort(y))
+        n = x.size
+        assert report.spearman(x, y) == pytest.approx(1 - 6 * (d ** 2).sum() / (n * (n * n - 1)), abs=1e-12)
+
+
+def test_spearman_ties_use_average_ranks():
+    # x ranks with ties: [1.5, 1.5, 3, 4] (1-based) -> Pearson with y ranks [1, 2, 3, 4]
+    rx, ry = np.array([1.5, 1.5, 3, 4]), np.array([1, 2, 3, 4.0])
+    expect = np.corrcoef(rx, ry)[0, 1]
+    assert report.spearman([5, 5, 7, 9], [1, 2, 3, 4]) == pytest.approx(expect)
+    assert math.isnan(report.spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_task_metrics_peak_final_auc():
+    rows = [{"step": s, "val/success": v} for s, v in enumerate([0.1, 0.5, 0.2, 0.3, 0.4])]
+    m = report.task_metrics(rows, final_window=2)
+    assert m == {"peak": 0.5, "final": pytest.approx(0.35), "auc": pytest.approx(0.3), "n_evals": 5}
+    assert math.isnan(report.task_metrics([{"step": 0}])["peak"])
+
+
+def test_summarise_groups_seeds_into_arms(tmp_path):
+    base = {"env": "bandit", "filter": "top_p"}
+    dirs = [_fake_run(tmp_path, f"a{s}", {**base, "seed": s, "name": f"a{s}"}, [0.1 * s, 0.2 * s]) for s in (1, 2, 3)]
+    dirs += [_fake_run(tmp_path, "b0", {**base, "filter": "none", "seed": 0, "name": "b0"}, [0.5, 0.5])]
+    table = report.summarise(report.load_runs([str(d) for d in dirs]), arm_by=None)
+    by_arm = {r["arm"]: r for r in table}
+    a = by_arm["filter=top_p"]
+    assert a["n_seeds"] == 3 and a["seeds"] == [1, 2, 3]
+    peaks = np.array([0.2, 0.4, 0.6])
+    assert a["peak"][0] == pytest.approx(peaks.mean()) and a["peak"][1] == pytest.approx(peaks.std(ddof=1))
+    assert math.isnan(by_arm["filter=none"]["peak"][1])  # one seed: no std, printed as such
+    assert "1 seed" in report.format_table(table)
+
+
+def test_metrics_are_flushed_per_line_and_truncated_on_resume(tmp_path):
+    log = runlog.RunLog(tmp_path / "r")
+    for s in range(5):
+        log.log(s, {"x": torch.tensor(float(s)), "y": np.float32(2.0)})
+        assert len(runlog.read_metrics(tmp_path / "r")) == s + 1  # visible before close
+    log.truncate_after(2)
+    log.log(3, {"x": 30.0})
+    log.close()
+    rows = runlog.read_metrics(tmp_path / "r")
+    assert [r["step"] for r in rows] == [0, 1, 2, 3] and rows[-1]["x"] == 30.0 and rows[0]["y"] == 2.0
+
+
+def test_resume_config_check_names_the_flag():
+    saved = {"lr": 1e-6, "steps": 10, "env": "sokoban"}
+    runlog.check_resume_config(saved, {"steps": 20, "resume": "runs/x"})  # allowed override
+    with pytest.raises(ValueError, match="--lr"):
+        runlog.check_resume_config(saved, {"lr": 1e-5})
+    with pytest.raises(ValueError, match="--bogus"):
+        runlog.check_resume_config(saved, {"bogus": 1})
+
+
+def test_checkpoint_roundtrip_and_rng(tmp_path):
+    state = {"w": torch.arange(3.0), "step": 7, "rng": runlog.rng_state()}
+    a = torch.rand(3)
+    runlog.save_checkpoint(tmp_path, state)
+    back = runlog.load_checkpoint(tmp_path)
+    assert back["step"] == 7 and torch.equal(back["w"], state["w"])
+    runlog.set_rng_state(back["rng"])
+    assert torch.equal(torch.rand(3), a)  # RNG restored to the state before `a` was drawn
+    assert runlog.load_checkpoint(tmp_path / "nothing") is None
+
+
+def test_plot_run_writes_png(tmp_path):
+    d = _fake_run(tmp_path, "p", {"seed": 0}, [0.1, 0.3, 0.2])
+    paths = report.plot_run(d)
+    assert paths and paths[0].exists() and paths[0].stat().st_size > 1000
+    assert json.loads((d / "config.json").read_text())["env"]["torch"] == torch.__version__
