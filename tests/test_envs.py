@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import envs
+import tasks
 import sokoban_gen
 from envs import ENV_NAMES, make_env
 
@@ -318,13 +319,13 @@ def test_frozenlake_common_random_numbers_and_deterministic_default():
     ("-2 + 5 + 3", 0.1), ("2 * 5 - 3 * 2", 0.0), ("5 - (3 - 2)", 1.0),
 ])
 def test_countdown_grading_worked_examples(answer, reward):
-    assert envs.countdown_reward(answer, [3, 5, 2], 4) == reward
+    assert tasks.countdown_reward(answer, [3, 5, 2], 4) == reward
 
 
 def test_countdown_exact_arithmetic_and_division_by_zero():
-    assert envs.countdown_reward("5 * (5 - 1 / 5)", [1, 5, 5, 5], 24) == 1.0   # fractional intermediate
-    assert envs.countdown_reward("1 / (5 - 5)", [5, 5, 1], 3) == 0.1           # right numbers, no value
-    assert envs.countdown_reward("-3 + 10", [3, 10], 7) == 1.0                   # unary minus allowed
+    assert tasks.countdown_reward("5 * (5 - 1 / 5)", [1, 5, 5, 5], 24) == 1.0   # fractional intermediate
+    assert tasks.countdown_reward("1 / (5 - 5)", [5, 5, 1], 3) == 0.1           # right numbers, no value
+    assert tasks.countdown_reward("-3 + 10", [3, 10], 7) == 1.0                   # unary minus allowed
 
 
 @pytest.mark.parametrize("hostile, nums", [
@@ -340,16 +341,16 @@ def test_countdown_hostile_strings_score_zero_without_eval(hostile, nums, monkey
     monkeypatch.setattr(builtins, "eval", no_eval)
     monkeypatch.setattr(builtins, "exec", no_eval)
     with deadline(5):
-        assert envs.countdown_reward(hostile, nums, 1) == 0.0
+        assert tasks.countdown_reward(hostile, nums, 1) == 0.0
 
 
 def test_countdown_generator_reachable_targets():
     for ops in ("+-*/", "+-"):
         rng = np.random.default_rng(0)
         for _ in range(200):
-            nums, target, expr = envs.countdown_instance(rng, ops)
+            nums, target, expr = tasks.countdown_instance(rng, ops)
             assert 3 <= len(nums) <= 4 and all(1 <= n <= 100 for n in nums) and 1 <= target <= 100
-            assert envs.countdown_reward(expr, nums, target) == 1.0
+            assert tasks.countdown_reward(expr, nums, target) == 1.0
             assert set(re.sub(r"[\d\s()]", "", expr)) <= set(ops)
 
 
@@ -370,7 +371,7 @@ def test_countdown_env_episode_and_data_file(tmp_path):
     assert env.step("10 + 2 * 7 - 1")[1] == 0.1 and env.reset(4) == "Target: 4, nums: [3, 5, 2]"
     env = make_env("countdown", data_path=str(path), ops="+-")  # reference filter: signed sums only
     assert {env.reset(s) for s in range(4)} == {"Target: 4, nums: [3, 5, 2]"}
-    assert envs.countdown_reward(env.solution[0], [3, 5, 2], 4) == 1.0
+    assert tasks.countdown_reward(env.solution[0], [3, 5, 2], 4) == 1.0
     with pytest.raises(ValueError, match="ops"):
         make_env("countdown", data_path=str(path), ops="+-*")
 
@@ -395,10 +396,10 @@ def test_metamathqa_builtin_problems_have_exact_answers():
 
 
 def test_metamathqa_matching_and_halving_rewards():
-    assert envs.answers_match(" 2 1 ", "21", numeric=False) and envs.answers_match("ABC", "abc", False)
-    assert envs.answers_match("21.0", "21") and not envs.answers_match("21.0", "21", numeric=False)
-    assert envs.answers_match("1,000", "1000") and envs.answers_match("1/2", "0.5")
-    assert not envs.answers_match("1,2", "12") and not envs.answers_match("22", "21")
+    assert tasks.answers_match(" 2 1 ", "21", numeric=False) and tasks.answers_match("ABC", "abc", False)
+    assert tasks.answers_match("21.0", "21") and not tasks.answers_match("21.0", "21", numeric=False)
+    assert tasks.answers_match("1,000", "1000") and tasks.answers_match("1/2", "0.5")
+    assert not tasks.answers_match("1,2", "12") and not tasks.answers_match("22", "21")
     env = make_env("metamathqa", max_turns=3, max_actions=3)
     env.reset(0)
     steps = [env.step(a) for a in ("-1", "junk", env.label)]
@@ -430,7 +431,7 @@ def test_metamathqa_data_file(tmp_path):
 
 # ------------------------------------------------------------------------------------------------- Bandit
 def test_bandit_arms_payouts_and_success():
-    pairs = set(envs.ARM_PAIRS["train"])
+    pairs = set(tasks.ARM_PAIRS["train"])
     orders, high_pay = set(), []
     for seed in range(2000):
         env = make_env("bandit")
@@ -455,7 +456,7 @@ def test_bandit_shared_prompt_and_payout_per_seed():
         for seed in range(200):
             env = make_env("bandit", split="test", payout_offset=offset)
             env.reset(seed)
-            assert (env.low, env.high) in envs.ARM_PAIRS["test"]
+            assert (env.low, env.high) in tasks.ARM_PAIRS["test"]
             out.append(env.step(env.high)[1])
         return out
     assert payouts(0) == payouts(0) and payouts(0) != payouts(1)
