@@ -39,15 +39,18 @@ BOOKKEEPING = {"seed", "name", "resume", "out_dir", "save_every", "eval_every", 
 
 # Curves drawn by plot_run, in panel order: (title, metric keys drawn in that panel).
 PANELS = [
-    ("return / success (train)", ["rollout/return_mean", "rollout/success"]),
+    ("return / success (train)", ["rollout/return", "rollout/success"]),
     ("validation success", ["val/success"]),
     ("kept fraction (filter)", ["filter/kept_frac"]),
-    ("reward variance", ["filter/rv_mean", "filter/kept_rv_mean"]),
-    ("retrieval accuracy (first turn)", ["mi_first_turn/retrieval_acc", "mi_first_turn/retrieval_chance"]),
-    ("MI estimate", ["mi_first_turn/mi_estimate", "mi_trajectory/mi_estimate", "mi_first_turn_frozen/mi_estimate"]),
-    ("entropy H(Z|X) proxy / token entropy", ["mi_first_turn/conditional_entropy_est", "train/entropy"]),
+    ("reward variance (RV)", ["filter/rv_mean", "filter/kept_rv_mean"]),
+    ("retrieval accuracy (first turn)", ["mi_first_turn/retrieval_accuracy", "mi_first_turn/retrieval_chance_level",
+                                         "mi_first_turn_frozen/retrieval_accuracy"]),
+    ("MI estimate (per token)", ["mi_first_turn/mi_estimate", "mi_trajectory/mi_estimate",
+                                 "mi_first_turn_frozen/mi_estimate"]),
+    ("MI-ZScore-EMA", ["mi_first_turn/mi_zscore_ema", "mi_trajectory/mi_zscore_ema"]),
+    ("H(Z|X) proxy / token entropy", ["mi_first_turn/conditional_entropy_est", "train/entropy"]),
     ("losses", ["train/pg_loss", "train/value_loss", "train/kl"]),
-    ("response length (tokens)", ["rollout/response_len"]),
+    ("tokens per turn / format ok", ["rollout/response_tokens", "rollout/format_ok_rate"]),
 ]
 
 

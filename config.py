@@ -1,0 +1,274 @@
+"""Every flag of `train.py` in one dataclass, the presets, and the checks that run before any compute.
+
+Resolution order (later wins):  dataclass defaults  <  `--algo` bundle (algos.ALGOS)  <  `--preset`  <  flags
+given explicitly on the command line. On `--resume runs/<name>` the run's saved `config.json` replaces the first
+three layers, and explicit flags must agree with it (runlog.check_resume_config).
+
+Defaults follow the paper (spec/paper.md section 4) scaled to what a CPU can run; `--preset paper` restores the
+paper's scale (Sokoban, P=8, G=16, 400 steps, PPO, top-p 0.9 on variance mass). Every flag appears in
+`python train.py --help` with its meaning, grouped by concept.
+
+What it leaves out: config files and nested configs (flags are flat on purpose; a preset is a plain dict).
+
+Run: imported by train.py; `python config.py --preset paper` prints the resolved flags without training.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass, field
+
+import algos
+import envs
+import filter as rvfilter
+
+
+def flag(default, help: str, group: str, choices=None):
+    return field(default=default, metadata={"help": help, "group": group, "choices": choices})
+
+
+@dataclass
+class Args:
+    # --- run -----------------------------------------------------------------------------------------------
+    name: str = flag("", "run name; the run lives in <out_dir>/<name> (default: derived from env/algo/filter/seed)", "run")
+    out_dir: str = flag("runs", "parent directory of run directories", "run")
+    preset: str = flag("", "named bundle of defaults: demo | paper | smoke (see PRESETS)", "run", ["", "demo", "paper", "smoke"])
+    resume: str = flag("", "continue the run in this directory exactly where its last checkpoint left off", "run")
+    seed: int = flag(0, "global seed: env seeds, sampling, MI pair sampling", "run")
+    steps: int = flag(20, "rollout-update iterations (paper: 400)", "run")
+    save_every: int = flag(10, "checkpoint every N steps (and at the end and on Ctrl-C); 0 = only end/Ctrl-C", "run")
+    eval_every: int = flag(10, "validation every N steps (and before training); 0 = never", "run")
+    log_samples: int = flag(2, "full trajectories written to samples.jsonl per step", "run")
+    progress: bool = flag(True, "tqdm progress bar", "run")
+    trackers: str = flag("", "comma-separated accelerate trackers (wandb, tensorboard); off by default", "run")
+    cpu: bool = flag(False, "force CPU even when CUDA is available (needed for `torchrun` on CPU)", "run")
+    # --- model -----------------------------------------------------------------------------------------------
+    model: str = flag("smollm2-135m", "smollm2-135m (embedded GGUF), tiny (random, tests), a HF id or a local path", "model")
+    bf16: bool = flag(True, "bf16 autocast where the hardware supports it (weights stay fp32)", "model")
+    # --- environment and rollout -------------------------------------------------------------------------------
+    env: str = flag("frozenlake", "environment", "rollout", list(envs.ENV_NAMES))
+    env_options: str = flag("{}", "JSON dict of environment options, e.g. '{\"slip\": 0.02}'", "rollout")
+    groups: int = flag(8, "P: prompt groups per step (one env seed per group)", "rollout")
+    group_size: int = flag(8, "G: rollouts per group (paper: 16); RV needs G >= 2", "rollout")
+    max_turns: int = flag(0, "LLM turns per episode; 0 = the environment's default", "rollout")
+    max_new_tokens: int = flag(120, "token cap per turn (paper: 400)", "rollout")
+    max_context: int = flag(3600, "context cap in tokens; an episode whose next turn would exceed it ends (truncated)", "rollout")
+    temperature: float = flag(1.0, "sampling temperature for training rollouts", "rollout")
+    top_p_sampling: float = flag(1.0, "nucleus sampling for rollouts (1.0 = off, as the paper)", "rollout")
+    think: bool = flag(True, "ask for <think>...</think><answer>...</answer> (--no-think: answer only, no MI proxy)", "rollout")
+    format_penalty: float = flag(-0.1, "reward added once per turn without a valid action", "rollout")
+    train_seed: int = flag(10000, "first env seed of training groups (group i of step s uses train_seed + s*P + i)", "rollout")
+    # --- algorithm --------------------------------------------------------------------------------------------
+    algo: str = flag("ppo", "bundle of defaults, see algos.ALGOS and the README table", "algo", list(algos.ALGOS))
+    adv: str = flag("", "advantage estimator gae | grpo | drgrpo (default: from --algo)", "algo")
+    gamma: float = flag(1.0, "GAE discount", "algo")
+    lam: float = flag(1.0, "GAE lambda", "algo")
+    whiten_adv: bool = flag(True, "whiten GAE advantages over all masked tokens of the batch", "algo")
+    loss_agg: str = flag("", "token-mean | seq-mean-token-mean | seq-mean-token-sum (default: from --algo)", "algo")
+    clip_low: float = flag(-1.0, "PPO clip epsilon below 1 (default: from --algo)", "algo")
+    clip_high: float = flag(-1.0, "PPO clip epsilon above 1, clip-higher (default: from --algo)", "algo")
+    clip_c: float = flag(3.0, "dual-clip constant for negative advantages (verl clip_ratio_c)", "algo")
+    lr: float = flag(1e-6, "actor learning rate (AdamW, betas 0.9/0.999; paper 1e-6)", "algo")
+    critic_lr: float = flag(1e-5, "critic learning rate (PPO)", "algo")
+    weight_decay: float = flag(0.01, "AdamW weight decay", "algo")
+    grad_clip: float = flag(1.0, "global grad-norm clip; non-finite norms skip the step", "algo")
+    mini_batch: int = flag(32, "trajectories per optimizer step (paper 32)", "algo")
+    micro_batch: int = flag(4, "trajectories per forward/backward (gradient accumulation inside a mini-batch)", "algo")
+    ppo_epochs: int = flag(1, "passes over the kept batch per step", "algo")
+    value_clip: float = flag(0.5, "PPO value clipping range", "algo")
+    kl_coef: float = flag(0.0, "KL-to-reference coefficient; the reference model is only loaded when > 0", "algo")
+    kl_kind: str = flag("k3", "KL estimator k1 | k2 | k3 (k3 = verl low_var_kl)", "algo", ["k1", "k2", "k3"])
+    entropy_coef: float = flag(0.001, "token entropy bonus coefficient (paper 0.001)", "algo")
+    dynamic_sampling: bool = flag(False, "DAPO dynamic sampling: resample until P groups have non-zero RV (default: from --algo)", "algo")
+    ds_max_rounds: int = flag(3, "DAPO dynamic sampling: extra rollout rounds at most", "algo")
+    # --- SNR-Aware Filtering -------------------------------------------------------------------------------------
+    filter: str = flag("top_p", "top_p | top_k | top_k_abs | min_p | none (baseline)", "filter",
+                       ["top_p", "top_k", "top_k_abs", "min_p", "none"])
+    filter_value: float = flag(0.9, "rho: kept mass (top_p), kept fraction (top_k), count (top_k_abs), ratio (min_p)", "filter")
+    filter_metric: str = flag("reward_variance", "group score: reward_variance (paper) | reward_std (code) | reward_mean | "
+                              "reward_sum | entropy | entropy_variance | length", "filter")
+    filter_mode: str = flag("linear", "top_p reading: linear = cumulative score mass (paper) | softmax (code's scripts)", "filter",
+                            ["linear", "softmax"])
+    filter_include_zero: bool = flag(False, "keep zero-RV groups as candidates (code's main table: on)", "filter")
+    filter_eps: float = flag(0.01, "slack of the linear top_p threshold", "filter")
+    filter_smallest: bool = flag(False, "keep the lowest scores instead (diagnostic)", "filter")
+    filter_level: str = flag("prompt", "prompt (whole groups) | trajectory (top-k + bottom-k rewards inside each group)", "filter",
+                             ["prompt", "trajectory"])
+    filter_traj_k: int = flag(0, "trajectory level: k kept at each end of every group; 0 = G//4, i.e. half of each "
+                              "group (the paper's 64 of 128 trajectories at G=16)", "filter")
+    filter_quartile: int = flag(0, "train only on RV quartile q in 1..4 (1 = highest RV); 0 = off", "filter")
+    soft_reweight: bool = flag(False, "multiply advantages by RV / max RV instead of hard filtering", "filter")
+    loss_scaling: str = flag("none", "scale the task loss by the kept ratio: none | linear | sqrt", "filter",
+                             ["none", "linear", "sqrt"])
+    # --- MI proxy ----------------------------------------------------------------------------------------------
+    mi_every: int = flag(5, "MI proxy on the unfiltered batch at step 1 and every N steps; 0 = off", "mi")
+    mi_samples: int = flag(64, "(x, z) pairs per family", "mi")
+    mi_families: str = flag("first_turn,trajectory", "comma-separated: first_turn, trajectory", "mi")
+    mi_scorer: str = flag("policy", "score with the current policy, a frozen copy of the initial model, or both", "mi",
+                          ["policy", "frozen", "both"])
+    mi_null: int = flag(0, "permutation-null shuffles per MI computation (0 = off)", "mi")
+    # --- validation and early stops ----------------------------------------------------------------------------
+    val_envs: int = flag(64, "validation envs (fixed seeds val_seed + i, group size 1; paper 512)", "eval")
+    val_seed: int = flag(123, "first validation seed", "eval")
+    val_temperature: float = flag(0.5, "validation sampling temperature", "eval")
+    early_stop_empty: int = flag(5, "stop after N consecutive steps where the filter kept nothing; 0 = off", "eval")
+    early_stop_rv: bool = flag(False, "stop when RV < 10% of its first-10-step mean for 10 consecutive steps", "eval")
+    early_stop_val: bool = flag(False, "stop when validation success < 1% on 5 consecutive evaluations", "eval")
+
+
+# Presets: plain dicts of flag values (applied over the --algo bundle, under explicit flags).
+PRESETS = {
+    "": {},
+    # What `make demo` runs: SmolLM2 on CPU, a few steps of the full pipeline (rollout, MI, filter, PPO-family update,
+    # validation, checkpoints, plots) within ~15 minutes on a 2-core machine.
+    "demo": dict(model="smollm2-135m", env="bandit", algo="grpo", groups=4, group_size=4, steps=8,
+                 max_new_tokens=48, mini_batch=16, micro_batch=4, lr=1e-5, eval_every=4, val_envs=16,
+                 mi_every=2, mi_samples=16, save_every=4),
+    # The paper's main setting (spec/paper.md section 4): Sokoban, Qwen2.5-3B in the paper (pass --model),
+    # P=8 x G=16, 400 steps, PPO (GAE, token-mean), top-p 0.9 on variance mass, include_zero off.
+    "paper": dict(env="sokoban", algo="ppo", groups=8, group_size=16, steps=400, max_new_tokens=400, max_context=3600,
+                  lr=1e-6, critic_lr=1e-5, mini_batch=32, micro_batch=4, entropy_coef=0.001, kl_coef=0.0,
+                  filter="top_p", filter_value=0.9, filter_mode="linear", filter_include_zero=False,
+                  val_envs=512, eval_every=10, mi_every=5, mi_samples=64, early_stop_empty=5),
+    # Tiny-model smoke settings used by the tests (seconds per step on CPU).
+    "smoke": dict(model="tiny", env="frozenlake", groups=2, group_size=2, steps=2, max_new_tokens=8, mini_batch=4,
+                  micro_batch=2, eval_every=1, val_envs=2, mi_every=1, mi_samples=8, save_every=1, bf16=False),
+}
+
+
+def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
+    """argparse from the dataclass: one flag per field, grouped; `suppress_defaults` lists only explicit flags."""
+    p = argparse.ArgumentParser(prog="train.py", description="nanoRAGEN: multi-turn agent RL with SNR-Aware Filtering",
+                                argument_default=argparse.SUPPRESS if suppress_defaults else None)
+    groups = {}
+    for f in dataclasses.fields(Args):
+        g = f.metadata["group"]
+        if g not in groups:
+            groups[g] = p.add_argument_group(g)
+        shown = not suppress_defaults and f.default not in ("", -1.0)        # "" / -1 mean "from --algo / derived"
+        kw = {"help": f.metadata["help"].replace("%", "%%") + (" [%(default)s]" if shown else "")}
+        if not suppress_defaults:
+            kw["default"] = f.default
+        if f.type in ("bool", bool):
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else f.type.__name__]
+            if f.metadata["choices"]:
+                kw["choices"] = f.metadata["choices"]
+        groups[g].add_argument("--" + f.name.replace("_", "-"), **kw)
+    return p
+
+
+def resolve(argv: list[str] | None = None) -> tuple[Args, dict]:
+    """Parse the command line into a fully resolved, validated Args. Returns (args, explicit flags)."""
+    argv = sys.argv[1:] if argv is None else argv
+    build_parser().parse_args(argv)  # full parse first: --help, types and choices are checked here
+    explicit = vars(build_parser(suppress_defaults=True).parse_args(argv))
+    if explicit.get("resume"):
+        import runlog
+        saved = runlog.load_config(explicit["resume"])
+        runlog.check_resume_config(saved, explicit)
+        values = {**saved, **explicit}
+    else:
+        preset = explicit.get("preset", "")
+        algo = explicit.get("algo", PRESETS[preset].get("algo", Args.algo))
+        values = {**dataclasses.asdict(Args()), **algo_defaults(algo), **PRESETS[preset], **explicit}
+    args = Args(**{k: v for k, v in values.items() if k in {f.name for f in dataclasses.fields(Args)}})
+    if not args.name:
+        args.name = f"{args.env}-{args.algo}-{args.filter if args.filter != 'none' else 'nofilter'}-s{args.seed}"
+    validate(args)
+    return args, explicit
+
+
+def algo_defaults(name: str) -> dict:
+    """The flag values of one `--algo` bundle (algos.ALGOS; README table "Algorithms")."""
+    a = algos.get_algo(name)
+    adv = "gae" if a.adv_estimator == "gae" else ("grpo" if a.normalize_std else "drgrpo")
+    return dict(adv=adv, loss_agg=a.loss_agg_mode, clip_low=a.clip_low, clip_high=a.clip_high, clip_c=a.clip_c,
+                dynamic_sampling=a.dynamic_sampling, gamma=a.gamma, lam=a.lam, kl_coef=a.kl_coef, kl_kind=a.kl_kind)
+
+
+def validate(a: Args) -> None:
+    """Every check that can fail before a model is loaded; each error names its flag."""
+    def bad(flag_name, msg):
+        raise ValueError(f"--{flag_name.replace('_', '-')}: {msg}")
+    if a.steps < 1:
+        bad("steps", f"must be >= 1, got {a.steps}")
+    if a.groups < 1:
+        bad("groups", f"must be >= 1, got {a.groups}")
+    if a.group_size < 1:
+        bad("group_size", f"must be >= 1, got {a.group_size}")
+    if a.algo not in algos.ALGOS:
+        bad("algo", f"must be one of {', '.join(algos.ALGOS)}, got {a.algo!r}")
+    if a.adv not in ("gae", "grpo", "drgrpo"):
+        bad("adv", f"must be gae, grpo or drgrpo, got {a.adv!r}")
+    if a.loss_agg not in algos.AGG_MODES:
+        bad("loss_agg", f"must be one of {', '.join(algos.AGG_MODES)}, got {a.loss_agg!r}")
+    if not (0 <= a.clip_low < 1) or a.clip_high < 0:
+        bad("clip_low", f"need 0 <= clip_low < 1 and clip_high >= 0, got {a.clip_low}, {a.clip_high}")
+    if a.clip_c is not None and a.clip_c <= 1:
+        bad("clip_c", f"dual clip needs clip_c > 1, got {a.clip_c}")
+    if a.adv in ("grpo", "drgrpo") and a.group_size < 2:
+        bad("group_size", f"group advantages ({a.adv}) need G >= 2, got {a.group_size}")
+    if a.micro_batch < 1 or a.mini_batch < a.micro_batch:
+        bad("mini_batch", f"need mini_batch >= micro_batch >= 1, got {a.mini_batch}, {a.micro_batch}")
+    if not (0 < a.temperature) or not (0 < a.val_temperature):
+        bad("temperature", "temperatures must be > 0")
+    if not (0 < a.top_p_sampling <= 1):
+        bad("top_p_sampling", f"must be in (0, 1], got {a.top_p_sampling}")
+    if a.kl_coef < 0 or a.entropy_coef < 0:
+        bad("kl_coef", "coefficients must be >= 0 (kl_coef, entropy_coef)")
+    if a.max_new_tokens < 1 or a.max_context <= a.max_new_tokens:
+        bad("max_context", f"need max_context > max_new_tokens >= 1, got {a.max_context}, {a.max_new_tokens}")
+    try:
+        opts = json.loads(a.env_options)
+    except json.JSONDecodeError as e:
+        bad("env_options", f"not valid JSON ({e})")
+    if not isinstance(opts, dict):
+        bad("env_options", "must be a JSON object, e.g. '{\"slip\": 0.02}'")
+    envs.make_env(a.env, **opts)  # raises a ValueError naming the bad option
+    fams = [f for f in a.mi_families.split(",") if f]
+    if any(f not in ("first_turn", "trajectory") for f in fams):
+        bad("mi_families", f"entries must be first_turn or trajectory, got {a.mi_families!r}")
+    if a.mi_every and not a.think:
+        bad("mi_every", "the MI proxy needs reasoning: use --think or --mi-every 0")
+    if a.mi_every and a.mi_samples < 2:
+        bad("mi_samples", "the MI proxy needs >= 2 pairs")
+    if a.mi_null < 0:
+        bad("mi_null", "must be >= 0")
+    if a.val_envs < 0 or a.eval_every < 0 or a.save_every < 0:
+        bad("eval_every", "val_envs, eval_every, save_every must be >= 0")
+    if not 0 <= a.filter_quartile <= 4:
+        bad("filter_quartile", f"must be 0 (off) or 1..4, got {a.filter_quartile}")
+    if a.filter_quartile and a.filter != "none":
+        bad("filter_quartile", f"the quartile selects groups itself: use it with --filter none (got --filter {a.filter})")
+    if a.filter_metric in rvfilter.DISPERSION_METRICS and a.group_size < 2 and (a.filter != "none" or a.soft_reweight):
+        bad("group_size", f"--filter-metric {a.filter_metric} is a within-group spread and needs G >= 2, got {a.group_size}")
+    if a.filter_level == "trajectory" and 2 * traj_k(a) > a.group_size:
+        bad("filter_traj_k", f"keeps the top-k and bottom-k of each group: need 2k <= G, got k={traj_k(a)}, "
+                             f"G={a.group_size}")
+    try:
+        filter_config(a)
+    except ValueError as e:   # FilterConfig names its own field; say which flag family it came from
+        raise ValueError(f"--filter* flags: {e}") from None
+
+
+def traj_k(a: Args) -> int:
+    """--filter-traj-k, with 0 meaning G // 4 (at least 1)."""
+    return a.filter_traj_k or max(a.group_size // 4, 1)
+
+
+def filter_config(a: Args) -> "rvfilter.FilterConfig":
+    """Map the --filter-* flags onto filter.FilterConfig (the one place the two vocabularies meet)."""
+    return rvfilter.FilterConfig(
+        strategy=a.filter, value=a.filter_value, metric=a.filter_metric, mode=a.filter_mode,
+        include_zero=a.filter_include_zero, eps=a.filter_eps, largest=not a.filter_smallest, level=a.filter_level,
+        traj_k=traj_k(a), quartile=a.filter_quartile or None, soft_reweight=a.soft_reweight,
+        loss_scaling=a.loss_scaling)
+
+
+if __name__ == "__main__":
+    args, _ = resolve()
+    print(json.dumps(dataclasses.asdict(args), indent=2))

@@ -1,0 +1,190 @@
+"""train.py / config.py: flags, bad input, the update on a scripted task, resume, distributed equivalence, smoke runs."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import config
+import policy
+import rollout
+import runlog
+import train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------------------ flags / errors
+def test_algo_bundles_and_explicit_flags_win():
+    a, _ = config.resolve(["--algo", "grpo", "--model", "tiny"])
+    assert (a.adv, a.loss_agg, a.clip_high, a.dynamic_sampling) == ("grpo", "seq-mean-token-mean", 0.28, False)
+    a, _ = config.resolve(["--algo", "drgrpo", "--loss-agg", "token-mean"])
+    assert (a.adv, a.loss_agg) == ("drgrpo", "token-mean")
+    a, _ = config.resolve(["--algo", "dapo"])
+    assert (a.adv, a.dynamic_sampling, a.clip_low, a.clip_high) == ("grpo", True, 0.2, 0.28)
+    a, _ = config.resolve(["--preset", "paper"])
+    assert (a.env, a.groups, a.group_size, a.steps, a.adv, a.filter, a.filter_mode, a.filter_include_zero) == \
+        ("sokoban", 8, 16, 400, "gae", "top_p", "linear", False)
+    a, _ = config.resolve(["--preset", "paper", "--groups", "4"])
+    assert a.groups == 4 and a.name == "sokoban-ppo-top_p-s0"
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--algo", "reinforce"], "--algo"),
+    (["--env", "chess"], "--env"),
+    (["--filter", "top_q"], "--filter"),
+    (["--group-size", "1"], "--group-size"),                      # variance filter with G = 1
+    (["--algo", "grpo", "--group-size", "1", "--filter", "none"], "--group-size"),
+    (["--filter-value", "1.5"], "--filter"),
+    (["--filter-quartile", "2"], "--filter-quartile"),             # needs --filter none
+    (["--filter-level", "trajectory", "--group-size", "4", "--filter-traj-k", "3"], "--filter-traj-k"),
+    (["--env-options", "{bad json"], "--env-options"),
+    (["--env", "sokoban", "--env-options", '{"num_boxes": 99}'], "num_boxes"),
+    (["--mini-batch", "2", "--micro-batch", "4"], "--mini-batch"),
+    (["--no-think"], "--mi-every"),
+])
+def test_bad_input_is_rejected_before_compute(argv, flag):
+    with pytest.raises((ValueError, SystemExit)) as e:
+        config.resolve(argv)
+    if e.type is ValueError:
+        assert flag in str(e.value)
+
+
+def test_resume_with_a_different_config_is_an_error(tmp_path):
+    log = runlog.RunLog(tmp_path / "r")
+    a, _ = config.resolve(["--model", "tiny"])
+    import dataclasses
+    log.write_config(dataclasses.asdict(a))
+    config.resolve(["--resume", str(tmp_path / "r"), "--steps", "50"])   # extending a run is allowed
+    with pytest.raises(ValueError, match="--lr"):
+        config.resolve(["--resume", str(tmp_path / "r"), "--lr", "0.1"])
+    with pytest.raises(ValueError, match="config.json"):
+        config.resolve(["--resume", str(tmp_path / "nothing")])
+
+
+def test_processes_must_divide_groups(tmp_path):
+    class FakeAcc:
+        num_processes, process_index, is_main_process = 3, 0, True
+    with pytest.raises(ValueError, match="--groups"):
+        train.check_world(config.resolve(["--groups", "8"])[0], train.Dist(FakeAcc()))
+
+
+# ------------------------------------------------------------------------------------ the update, scripted task
+def scripted_batch(tok, groups):
+    """Trajectories [prompt | action] whose return is given: groups = [[(action_text, return), ...], ...]."""
+    prompt = tok.encode("<|im_start|>user\nPick Left or Right.<|im_end|>\n<|im_start|>assistant\n<answer>",
+                        add_special_tokens=False)
+    trajs = []
+    for g, members in enumerate(groups):
+        for text, ret in members:
+            act = tok.encode(text + "</answer><|im_end|>", add_special_tokens=False)
+            trajs.append(rollout.Trajectory(group=g, seed=g, env_name="scripted", messages=[], ret=ret,
+                                            input_ids=prompt + act, loss_mask=[0] * len(prompt) + [1] * len(act)))
+    R = torch.tensor([[r for _, r in m] for m in groups], dtype=torch.float64)
+    return trajs, R
+
+
+def seq_logp(model, tok, trajs):
+    b = rollout.to_tensors(trajs, tok.pad_token_id)
+    with torch.no_grad():
+        lp, _ = policy.token_logprobs(model, b["input_ids"], b["attention_mask"], b["loss_mask"])
+    return lp.sum(1)
+
+
+class OneProcess:
+    num_processes, process_index, is_main_process = 1, 0, True
+
+
+@pytest.mark.parametrize("algo", ["grpo", "drgrpo", "ppo", "dapo"])
+def test_update_raises_logprob_of_rewarded_action(algo):
+    model, tok = policy.load("tiny", seed=0)
+    args, _ = config.resolve(["--model", "tiny", "--algo", algo, "--groups", "1", "--group-size", "4",
+                              "--lr", "3e-3", "--critic-lr", "1e-3", "--mini-batch", "4", "--micro-batch", "2",
+                              "--ppo-epochs", "2", "--filter", "none", "--entropy-coef", "0", "--no-bf16"])
+    trajs, R = scripted_batch(tok, [[(" Left", 1.0), (" Right", 0.0), (" Left", 1.0), (" Right", 0.0)]])
+    before = seq_logp(model, tok, trajs)
+    dist = train.Dist(OneProcess())
+    critic = policy.make_critic(model) if args.adv == "gae" else None
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    copt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr) if critic is not None else None
+    import filter as rvfilter
+    for _ in range(2 if critic is not None else 1):   # PPO's zero-init value head: the first update trains V only
+        fres = rvfilter.apply_filter(R, config.filter_config(args))
+        batch = train.prepare_batch(trajs, R, torch.zeros(1, dtype=torch.long), fres, model, critic, None, tok,
+                                    args, dist)
+        m = train.update(model, critic, opt, copt, batch, args, dist)
+    after = seq_logp(model, tok, trajs)
+    assert m["train/optimizer_steps"] == 2
+    assert (after - before)[0] > 0 and (after - before)[1] < 0      # rewarded action up, the other down
+
+
+# -------------------------------------------------------------------------------------------- whole-run checks
+def run(tmp_path, name, *extra):
+    return train.main(["--preset", "smoke", "--out-dir", str(tmp_path), "--name", name, "--no-progress", *extra])
+
+
+def final_params(run_dir):
+    return runlog.load_checkpoint(run_dir)["model"]
+
+
+def test_resume_continues_exactly(tmp_path):
+    common = ["--env", "bandit", "--algo", "ppo", "--filter", "none", "--eval-every", "0", "--mi-every", "0",
+              "--save-every", "1", "--steps", "4"]
+    full = run(tmp_path, "full", *common)
+    half = run(tmp_path, "half", *common[:-1], "2")
+    resumed = train.main(["--resume", str(half), "--steps", "4", "--no-progress"])
+    a, b = final_params(full), final_params(resumed)
+    assert runlog.load_checkpoint(resumed)["step"] == 4
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    steps = [r["step"] for r in runlog.read_metrics(resumed)]
+    assert steps == [0, 1, 2, 3]
+    assert any(not torch.equal(a[k], policy.load("tiny", seed=0)[0].state_dict()[k]) for k in a)  # it trained
+
+
+def test_smoke_run_of_demo_settings_writes_everything(tmp_path):
+    d = train.main(["--preset", "demo", "--model", "tiny", "--steps", "2", "--max-new-tokens", "8",
+                    "--val-envs", "2", "--eval-every", "1", "--mi-every", "1", "--mi-scorer", "both", "--mi-null", "3",
+                    "--filter", "none", "--out-dir", str(tmp_path), "--name", "demo", "--no-progress", "--no-bf16"])
+    rows = runlog.read_metrics(d)
+    assert [r["step"] for r in rows] == [-1, 0, 1]
+    last = rows[-1]
+    for key in ("rollout/return", "filter/kept_frac", "train/pg_loss", "val/success", "time/step"):
+        assert key in last, key
+    assert (d / "plots" / "overview.png").exists() and (d / "samples.jsonl").read_text().strip()
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["flags"]["env"] == "bandit" and cfg["env"]["torch"] == torch.__version__
+
+
+# ------------------------------------------------------------------------------------------------- distributed
+@pytest.mark.slow
+def test_two_processes_give_the_same_update_as_one(tmp_path):
+    script = ROOT / "tests" / "dist_update.py"
+    outs = {}
+    for n in (1, 2):
+        out = tmp_path / f"p{n}.pt"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n), "--master_port",
+               str(29500 + n), str(script), str(out)]
+        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+        assert res.returncode == 0, res.stderr[-3000:]
+        outs[n] = torch.load(out)
+    one, two, init = outs[1]["params"], outs[2]["params"], outs[1]["init"]
+    assert max(float((one[k] - two[k]).abs().max()) for k in one) < 1e-5
+    assert max(float((one[k] - init[k]).abs().max()) for k in one) > 1e-4      # the update did something
+
+
+def test_every_experiment_arm_is_a_valid_config():
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import paper
+    n = 0
+    for name in paper.EXPERIMENTS:
+        for scale in paper.SCALES:
+            for _, argv in paper.runs(name, scale, [0], [], "runs"):
+                a, _ = config.resolve(["0.0004" if x == "@diluted" else x for x in argv])
+                n += 1
+    assert n == 2 * sum(len(arms) for _, arms, _ in paper.EXPERIMENTS.values())
+    q, _ = config.resolve([x if x != "@diluted" else "0" for x in paper.runs("quartiles", "paper", [1], [], "r")[2][1]])
+    assert (q.filter, q.filter_quartile, q.seed, q.env, q.groups) == ("none", 3, 1, "sokoban", 8)

@@ -1,0 +1,528 @@
+"""nanoRAGEN training loop: multi-turn agent RL (PPO, DAPO, GRPO, Dr.GRPO) with SNR-Aware Filtering and MI logging.
+
+One iteration (paper §2-4, design.md "One training step"; each line is a call into the file named after it):
+
+    trajs   = rollout.rollout(model, P groups x G envs)          # group i: G envs reset with one seed
+    R       = returns as a (P, G) matrix (gathered over processes)
+    mi      = mi_proxy.mi_report(...)   every --mi-every steps, on the UNFILTERED batch (first-turn, trajectory)
+    kept    = filter.apply_filter(R)                               # SNR-Aware Filtering: top groups by RV
+    adv     = algos.gae_advantages (PPO) | algos.grpo_advantages (GRPO, Dr.GRPO, DAPO)
+    update  = algos.policy_loss - entropy_coef * H + kl_coef * KL  (+ algos.value_loss), mini-batches
+    eval / log / checkpoint
+
+Single process:      python train.py --preset demo
+                     python train.py --env sokoban --algo grpo --filter none --steps 50
+Paper scale (GPU):   python train.py --preset paper --model Qwen/Qwen2.5-3B
+Several processes:   torchrun --nproc_per_node 2 train.py --cpu ...   (or `accelerate launch train.py ...` on GPUs)
+Resume:              python train.py --resume runs/<name> [--steps N]
+
+Distributed: groups are sharded across processes (P must be divisible by the number of processes); returns are
+gathered so every process takes the same filter decision; mini-batches are formed over the *global* kept batch
+and every loss is normalised by global token/sequence counts, then gradients are summed across processes with
+one all-reduce per optimizer step. We do this by hand instead of wrapping the model in DDP because the filter
+leaves processes with different numbers of kept trajectories (possibly none), which DDP's lock-step backward
+cannot express; the result equals the single-process update on the same global batch (tests/test_train.py).
+
+What it leaves out: vLLM (generation is HF `generate`), turn-level context modes, critic warm-up, the reference's
+batch padding by duplicated rows (we split the kept batch into mini-batches of at most --mini-batch instead).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import algos
+import config
+import filter as rvfilter
+import mi_proxy
+import policy
+import report
+import rollout
+import runlog
+
+
+# ------------------------------------------------------------------------------------------ distributed helpers
+class Dist:
+    """The few collective operations the loop needs; all are identities in a single process."""
+
+    def __init__(self, acc):
+        self.acc, self.world, self.rank, self.main = acc, acc.num_processes, acc.process_index, acc.is_main_process
+
+    def gather(self, items: list) -> list:
+        """Concatenate per-process lists in rank order."""
+        if self.world == 1:
+            return list(items)
+        from accelerate.utils import gather_object
+        return gather_object(list(items))
+
+    def sum_(self, t: torch.Tensor) -> torch.Tensor:
+        if self.world > 1:
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+        return t
+
+    def sync_grads(self, module: torch.nn.Module) -> None:
+        """Sum gradients over processes (each process's loss is already divided by the global normaliser)."""
+        if self.world == 1:
+            return
+        for p in module.parameters():
+            if p.requires_grad:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                self.sum_(p.grad)
+
+
+def check_world(args, dist: "Dist") -> None:
+    """Groups are sharded whole across processes."""
+    if args.groups % dist.world:
+        raise ValueError(f"--groups {args.groups} must be divisible by the number of processes ({dist.world})")
+
+
+def step_seed(seed: int, step: int, rank: int, stream: int = 0) -> int:
+    """Every random draw of step `step` derives from (seed, step, rank): resuming at a step boundary is exact."""
+    return int(np.random.SeedSequence([seed, step, rank, stream]).generate_state(1)[0])
+
+
+# ------------------------------------------------------------------------------------------------- early stops
+@dataclass
+class EarlyStop:
+    """The reference's three stops (reference-code §3.7), each switchable; the state is checkpointed."""
+    empty_limit: int = 5
+    use_rv: bool = False
+    use_val: bool = False
+    empty_streak: int = 0
+    rv_history: list = field(default_factory=list)   # pre-filter mean group reward std of non-empty steps
+    low_val_streak: int = 0
+
+    def after_step(self, empty: bool, rv_std_mean: float) -> str:
+        self.empty_streak = self.empty_streak + 1 if empty else 0
+        if self.empty_limit and self.empty_streak >= self.empty_limit:
+            return "empty_filtered_steps"
+        if not empty:
+            self.rv_history.append(rv_std_mean)
+        h = self.rv_history
+        if self.use_rv and len(h) >= 20:   # baseline = first 10 non-empty steps; stop if the last 10 are all < 10%
+            base = float(np.mean(h[:10]))
+            if all(x < 0.1 * base for x in h[-10:]):
+                return "reward_variance_collapse"
+        return ""
+
+    def after_eval(self, success: float) -> str:
+        self.low_val_streak = self.low_val_streak + 1 if success < 0.01 else 0
+        return "low_validation_success" if self.use_val and self.low_val_streak >= 5 else ""
+
+
+# --------------------------------------------------------------------------------------------------- rollouts
+def collect(step, model, tok, args, rcfg, dist: Dist):
+    """Roll out this step's groups. Returns (local trajectories, rewards (P', G), owner (P',), rollout metrics).
+
+    Global group order = (round, group index); process r owns a contiguous block of every round. With DAPO
+    dynamic sampling, rounds continue (fresh seeds) until P groups with non-zero RV are collected or
+    --ds-max-rounds extra rounds are spent; only those groups enter the batch.
+    """
+    P, G, W = args.groups, args.group_size, dist.world
+    Pl = P // W
+    local, rows, owner, rolled = [], [], [], []
+    n_rounds = 1 + (args.ds_max_rounds if args.dynamic_sampling else 0)
+    for rnd in range(n_rounds):
+        base = args.train_seed + step * P if rnd == 0 else args.train_seed + 10**7 + ((step * args.ds_max_rounds) + rnd - 1) * P
+        seeds = [base + i for i in range(dist.rank * Pl, (dist.rank + 1) * Pl)]
+        trajs = rollout.rollout(model, tok, rcfg, seeds, G)
+        for i, t in enumerate(trajs):                                  # global group id, unique across rounds
+            t.group = rnd * P + dist.rank * Pl + i // G
+        rolled += trajs
+        R = torch.tensor(dist.gather([[t.ret for t in trajs[g * G:(g + 1) * G]] for g in range(Pl)]),
+                         dtype=torch.float64)                           # (P, G), rows in global group order
+        keep = torch.ones(P, dtype=torch.bool)
+        if args.dynamic_sampling:                                      # DAPO: only groups with non-zero RV
+            keep = R.std(dim=1) > rvfilter.ZERO_TOL
+            keep &= torch.cumsum(keep.long(), 0) <= P - len(rows)
+        for g in keep.nonzero().squeeze(1).tolist():
+            rows.append(R[g])
+            owner.append(g // Pl)
+            if g // Pl == dist.rank:
+                local += trajs[(g % Pl) * G:(g % Pl + 1) * G]
+        if len(rows) >= P:
+            break
+    metrics = {f"rollout/{k}": v for k, v in rollout.rollout_metrics(dist.gather(rolled)).items()}
+    metrics["rollout/rounds"] = float(rnd + 1)
+    metrics["rollout/groups_in_batch"] = float(len(rows))
+    if not rows:
+        return local, torch.zeros(0, G, dtype=torch.float64), torch.zeros(0, dtype=torch.long), metrics
+    return local, torch.stack(rows), torch.tensor(owner), metrics
+
+
+# --------------------------------------------------------------------------------------------------- MI proxy
+def mi_metrics(step, trajs, model, frozen, args, emas, dist: Dist) -> dict:
+    """Both MI families on the unfiltered batch, scored by the policy and/or the frozen initial model."""
+    everything = dist.gather(trajs)
+    if not dist.main:
+        return {}
+    out = {}
+    rng = np.random.default_rng(step_seed(args.seed, step, 0, stream=1))
+    for family in [f for f in args.mi_families.split(",") if f]:
+        pairs = mi_proxy.FAMILIES[family](everything, args.mi_samples, rng)
+        scorers = {"policy": [("", model)], "frozen": [("_frozen", frozen)],
+                   "both": [("", model), ("_frozen", frozen)]}[args.mi_scorer]
+        for suffix, scorer in scorers:
+            key = family + suffix
+            emas.setdefault(key, mi_proxy.ZScoreEMA())
+            m = mi_proxy.mi_report(scorer, everything, family=family, num_samples=args.mi_samples, rng=rng,
+                                   ema=emas[key], n_perm=args.mi_null, pairs=pairs)
+            out.update({f"mi_{key}/{k}": v for k, v in m.items()})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------- update
+def group_advantages(R: torch.Tensor, keep2d: torch.Tensor, normalize_std: bool) -> torch.Tensor:
+    """GRPO / Dr.GRPO advantages (P', G), statistics over the kept members of each group (all of them at prompt
+    level; the top-k + bottom-k at trajectory level)."""
+    adv = torch.zeros_like(R)
+    for g in range(R.shape[0]):
+        idx = keep2d[g].nonzero().squeeze(1)
+        if len(idx):
+            adv[g, idx] = algos.grpo_advantages(R[g, idx][None], normalize_std=normalize_std)[0]
+    return adv
+
+
+def whiten_global(adv: torch.Tensor, mask: torch.Tensor, dist: Dist) -> torch.Tensor:
+    """algos.whiten with mean/unbiased variance over the masked tokens of ALL processes."""
+    m = mask.to(adv.dtype)
+    s = dist.sum_(torch.stack([(adv * m).sum(), (adv * adv * m).sum(), m.sum()]).double())
+    mean = s[0] / s[2]
+    var = (s[1] - s[2] * mean * mean) / (s[2] - 1)
+    return ((adv - mean) * torch.rsqrt(var + 1e-8)).to(adv.dtype) * m
+
+
+def agg_count(mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """The normaliser behind algos.agg_loss: tokens (token-mean) or sequences with >= 1 token (seq-mean-*)."""
+    return mask.sum() if mode == "token-mean" else (mask.sum(1) > 0).sum()
+
+
+def update(model, critic, opt, copt, batch, args, dist: Dist) -> dict:
+    """Mini-batch PPO-style updates on the kept batch. `batch` holds this process's kept trajectories with their
+    global index `gidx`; mini-batches are cut from the global kept order, so the update is the same for any
+    number of processes. Returns summed statistics (already reduced over processes)."""
+    dev = next(model.parameters()).device
+    agg = args.loss_agg
+    counts = {g: c for g, c in zip(dist.gather(batch["gidx"].tolist()),
+                                   dist.gather([float(agg_count(m[None], agg)) for m in batch["loss_mask"]]))}
+    order = sorted(counts)                                             # global kept trajectory ids
+    pos = {g: i for i, g in enumerate(batch["gidx"].tolist())}          # global id -> local row
+    stats = torch.zeros(8, dtype=torch.float64)  # pg, entropy, kl, value_loss, clipfrac, ppo_kl, grad_norm, skipped
+    n_updates = 0
+    for _ in range(args.ppo_epochs):
+        for s in range(0, len(order), args.mini_batch):
+            mb = order[s:s + args.mini_batch]
+            denom = max(sum(counts[g] for g in mb), 1.0)
+            rows = [pos[g] for g in mb if g in pos]
+            for u in range(0, len(rows), args.micro_batch):
+                r = torch.tensor(rows[u:u + args.micro_batch])
+                ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
+                share = float(agg_count(mask, agg)) / denom           # micro-batch's part of the global normaliser
+                with policy.autocast(dev, enabled=None if args.bf16 else False):
+                    logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=args.entropy_coef > 0)
+                adv = batch["adv"][r].to(dev)
+                pg = algos.policy_loss(logp, batch["old_logp"][r].to(dev), adv, mask, args.clip_low, args.clip_high,
+                                       agg, args.clip_c, norm_len=args.max_new_tokens)
+                loss = pg
+                if args.entropy_coef > 0:
+                    h = algos.entropy_bonus(ent, mask, agg, norm_len=args.max_new_tokens)
+                    loss = loss - args.entropy_coef * h
+                    stats[1] += float(h.detach()) * share
+                if args.kl_coef > 0:
+                    kl = algos.agg_loss(algos.kl_term(logp, batch["ref_logp"][r].to(dev), args.kl_kind), mask, agg,
+                                        norm_len=args.max_new_tokens)
+                    loss = loss + args.kl_coef * kl
+                    stats[2] += float(kl.detach()) * share
+                (loss * share).backward()
+                ps = algos.policy_loss_stats(logp.detach(), batch["old_logp"][r].to(dev), adv, mask,
+                                             args.clip_low, args.clip_high, args.clip_c)
+                stats[0] += float(pg.detach()) * share
+                stats[4] += ps["pg_clipfrac"] * share
+                stats[5] += ps["ppo_kl"] * share
+                if critic is not None:
+                    with policy.autocast(dev, enabled=None if args.bf16 else False):
+                        v = critic.values(ids, attn)
+                    vl = algos.value_loss(v, batch["values"][r].to(dev), batch["returns_tok"][r].to(dev), mask,
+                                          args.value_clip, agg, norm_len=args.max_new_tokens)
+                    (vl * share).backward()
+                    stats[3] += float(vl.detach()) * share
+            for module, optim in ((model, opt), (critic, copt)):
+                if module is None:
+                    continue
+                dist.sync_grads(module)
+                norm = torch.nn.utils.clip_grad_norm_(module.parameters(), args.grad_clip)
+                if torch.isfinite(norm):
+                    optim.step()
+                else:                                                  # same norm on every process: same skip
+                    stats[7] += 1
+                optim.zero_grad(set_to_none=True)
+                if module is model:
+                    stats[6] += float(norm)
+            n_updates += 1
+    stats[:6] = dist.sum_(stats[:6].clone())
+    n = max(n_updates, 1)
+    names = ["pg_loss", "entropy", "kl", "value_loss", "clipfrac", "ppo_kl"]
+    out = {f"train/{k}": float(stats[i]) / n for i, k in enumerate(names)}
+    out.update({"train/grad_norm": float(stats[6]) / n, "train/skipped_nonfinite": float(stats[7]),
+                "train/optimizer_steps": float(n_updates)})
+    if critic is None:
+        out.pop("train/value_loss")
+    return out
+
+
+@torch.no_grad()
+def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist: Dist):
+    """Training tensors for this process's kept trajectories: old log-probs, reference log-probs, values,
+    advantages (token level), in the order of their global index."""
+    G = args.group_size
+    dev = next(model.parameters()).device
+    kept_set = set(fres.kept_traj.tolist())
+    # local trajectories arrive group-contiguous in global group order; rebuild their global index g * G + k
+    local_rows = [g for g in range(R.shape[0]) if int(owner[g]) == dist.rank]
+    pairs = [(g * G + k, local[i * G + k]) for i, g in enumerate(local_rows) for k in range(G)]
+    pairs = [(gi, t) for gi, t in pairs if gi in kept_set]
+    batch = rollout.to_tensors([t for _, t in pairs], tok.pad_token_id)
+    batch["gidx"] = torch.tensor([gi for gi, _ in pairs], dtype=torch.long)
+    ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
+    B = ids.shape[0]
+    old, refl, vals = torch.zeros(ids.shape), torch.zeros(ids.shape), torch.zeros(ids.shape)
+    for s in range(0, B, args.micro_batch):
+        sl = slice(s, s + args.micro_batch)
+        a = (ids[sl].to(dev), attn[sl].to(dev), mask[sl].to(dev))
+        with policy.autocast(dev, enabled=None if args.bf16 else False):
+            old[sl] = policy.token_logprobs(model, *a)[0].cpu()
+            if ref is not None:
+                refl[sl] = policy.token_logprobs(ref, *a)[0].cpu()
+            if critic is not None:
+                vals[sl] = critic.values(a[0], a[1]).cpu()
+    batch["old_logp"], batch["ref_logp"], batch["values"] = old, refl, vals * mask
+    # advantages: one scalar per trajectory (group estimators) or per token (GAE)
+    weight = {int(gi): float(w) for gi, w in zip(fres.kept_traj, fres.adv_weight)}
+    w = torch.tensor([weight[int(gi)] for gi in batch["gidx"]]) * fres.loss_scale          # (B,)
+    if args.adv == "gae":
+        rew = algos.terminal_token_rewards(batch["returns"].float(), mask)
+        adv, ret = algos.gae_advantages(rew, vals * mask, mask, args.gamma, args.lam, whiten_adv=False)
+        if args.whiten_adv:
+            adv = whiten_global(adv, mask, dist)
+        batch["adv"], batch["returns_tok"] = adv * w[:, None], ret
+    else:
+        keep2d = fres.traj_mask.view(-1, G)
+        A = group_advantages(R, keep2d, normalize_std=args.adv == "grpo").reshape(-1)          # (P'*G,)
+        batch["adv"] = algos.token_advantages((A[batch["gidx"]] * w).float(), mask)
+        batch["returns_tok"] = torch.zeros(ids.shape)
+    return batch
+
+
+# ------------------------------------------------------------------------------------------------- validation
+@torch.no_grad()
+def evaluate(model, tok, args, rcfg, dist: Dist) -> dict:
+    """Success on fixed seeds val_seed + i (group size 1, temperature --val-temperature), sharded over processes."""
+    seeds = [args.val_seed + i for i in range(args.val_envs)][dist.rank::dist.world]
+    vcfg = dataclasses.replace(rcfg, temperature=rcfg.val_temperature, top_p=rcfg.val_top_p)
+    trajs = dist.gather(rollout.rollout(model, tok, vcfg, seeds, 1) if seeds else [])
+    return {f"val/{k}": v for k, v in rollout.rollout_metrics(trajs).items()} if trajs else {}
+
+
+# ------------------------------------------------------------------------------------------------ bookkeeping
+def sample_records(trajs, n: int) -> list[dict]:
+    """The first trajectory of the first n groups, readable (samples.jsonl)."""
+    seen, out = set(), []
+    for t in trajs:
+        if t.group in seen or len(out) >= n:
+            continue
+        seen.add(t.group)
+        out.append({"group": t.group, "seed": t.seed, "return": t.ret, "success": bool(t.success),
+                    "messages": t.messages, "actions": [u.actions for u in t.turns]})
+    return out
+
+
+class StopFlag:
+    """First Ctrl-C: finish or abandon the current step cleanly, save a checkpoint, exit. Second: exit at once."""
+
+    def __init__(self):
+        self.set = False
+        self._prev = signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, *_):
+        if self.set:
+            raise KeyboardInterrupt
+        self.set = True
+
+    def restore(self):
+        signal.signal(signal.SIGINT, self._prev)
+
+
+def save(run_dir, step, model, critic, opt, copt, emas, stopper, dist: Dist) -> None:
+    """Checkpoint = the state at the START of `step` (everything else is re-derived from (seed, step))."""
+    state = {"step": step, "model": model.state_dict(), "opt": opt.state_dict(),
+             "critic": critic.state_dict() if critic is not None else None,
+             "copt": copt.state_dict() if copt is not None else None,
+             "emas": {k: e.state_dict() for k, e in emas.items()}, "early_stop": dataclasses.asdict(stopper),
+             "rng": runlog.rng_state()}
+    runlog.save_checkpoint(run_dir, state, rank=dist.rank)
+
+
+# ------------------------------------------------------------------------------------------------------- main
+def main(argv=None) -> Path:
+    args, _ = config.resolve(argv)
+    from accelerate import Accelerator
+    acc = Accelerator(cpu=args.cpu, log_with=[t for t in args.trackers.split(",") if t] or None)
+    dist = Dist(acc)
+    check_world(args, dist)
+    run_dir = Path(args.resume) if args.resume else Path(args.out_dir) / args.name
+    if not args.resume and runlog.read_metrics(run_dir):
+        raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir} or choose --name")
+    acc.wait_for_everyone()
+    log = runlog.RunLog(run_dir, enabled=dist.main)
+    log.write_config(dataclasses.asdict(args))
+    if args.trackers:
+        acc.init_trackers(args.name, config=dataclasses.asdict(args))
+
+    # ---- models: policy (+ critic for GAE) (+ frozen copy of the initial policy for KL / frozen MI scorer)
+    torch.manual_seed(args.seed)
+    model, tok = policy.load(args.model, device=acc.device, seed=args.seed)
+    frozen = None
+    if args.kl_coef > 0 or (args.mi_every and args.mi_scorer != "policy"):
+        frozen = copy.deepcopy(model).eval().requires_grad_(False)
+    critic = policy.make_critic(model) if args.adv == "gae" else None
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), weight_decay=args.weight_decay)
+    copt = (torch.optim.AdamW(critic.parameters(), lr=args.critic_lr, betas=(0.9, 0.999),
+                              weight_decay=args.weight_decay) if critic is not None else None)
+    emas: dict[str, mi_proxy.ZScoreEMA] = {}
+    stopper = EarlyStop(args.early_stop_empty, args.early_stop_rv, args.early_stop_val)
+    start = 0
+    ckpt = runlog.load_checkpoint(run_dir, rank=dist.rank) if args.resume else None
+    if ckpt is not None:
+        start = ckpt["step"]
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        if critic is not None:
+            critic.load_state_dict(ckpt["critic"])
+            copt.load_state_dict(ckpt["copt"])
+        for k, st in ckpt["emas"].items():
+            emas[k] = mi_proxy.ZScoreEMA()
+            emas[k].load_state_dict(st)
+        stopper = EarlyStop(**ckpt["early_stop"])
+        runlog.set_rng_state(ckpt["rng"])
+        log.truncate_after(start - 1)
+    rcfg = rollout.RolloutConfig(env=args.env, env_options=json.loads(args.env_options),
+                                 max_turns=args.max_turns or None, max_new_tokens=args.max_new_tokens,
+                                 temperature=args.temperature, top_p=args.top_p_sampling, think=args.think,
+                                 format_penalty=args.format_penalty, max_context=args.max_context,
+                                 bf16=None if args.bf16 else False, val_temperature=args.val_temperature)
+    fcfg = config.filter_config(args)
+
+    from tqdm import tqdm
+    bar = tqdm(range(start, args.steps), initial=start, total=args.steps, disable=not (dist.main and args.progress),
+               desc=args.name, dynamic_ncols=True)
+    flag, stop_reason, step = StopFlag(), "", start
+    try:
+        if start == 0 and args.eval_every and args.val_envs:
+            log.log(-1, evaluate(model, tok, args, rcfg, dist))              # before training, as the reference
+        for step in bar:
+            m, t0 = {}, time.perf_counter()
+            torch.manual_seed(step_seed(args.seed, step, dist.rank))
+            # 1. rollout (+ DAPO dynamic sampling)
+            local, R, owner, rm = collect(step, model, tok, args, rcfg, dist)
+            m.update(rm)
+            m["time/rollout"] = time.perf_counter() - t0
+            if flag.set:                                       # Ctrl-C during the rollout: redo this step on resume
+                break
+            # 2. MI proxy on the unfiltered batch (excluded from time/step like the reference's timing)
+            if args.mi_every and (step == 0 or (step + 1) % args.mi_every == 0):   # reference: 1-based 1, 5, 10, ...
+                t1 = time.perf_counter()
+                m.update(mi_metrics(step, local, model, frozen, args, emas, dist))
+                m["time/mi"] = time.perf_counter() - t1
+            # 3. SNR-Aware Filtering: the same decision on every process (R is global)
+            stats = None
+            if args.filter_metric in ("entropy", "entropy_variance", "entropy_std", "length") and len(R):
+                stats = traj_statistic(local, R, owner, model, args, dist)
+            fres = rvfilter.apply_filter(R, fcfg, stats) if len(R) else None
+            m.update(fres.metrics if fres else {"filter/empty": 1.0})
+            # 4-6. tensors, old log-probs, advantages, updates
+            t2 = time.perf_counter()
+            if fres is not None and not fres.empty:
+                batch = prepare_batch(local, R, owner, fres, model, critic, frozen if args.kl_coef > 0 else None,
+                                      tok, args, dist)
+                model.train()
+                m.update(update(model, critic, opt, copt, batch, args, dist))
+                model.eval()
+            m["time/update"] = time.perf_counter() - t2
+            reason = stopper.after_step(fres is None or fres.empty, m.get("filter/reward_std_mean", 0.0))
+            m["train/empty_streak"] = float(stopper.empty_streak)
+            # 7. validation, logging, checkpoint
+            if args.eval_every and args.val_envs and (step + 1) % args.eval_every == 0:
+                t3 = time.perf_counter()
+                m.update(evaluate(model, tok, args, rcfg, dist))
+                m["time/eval"] = time.perf_counter() - t3
+                reason = reason or stopper.after_eval(m.get("val/success", 1.0))
+            m["time/step"] = time.perf_counter() - t0 - m.get("time/mi", 0.0) - m.get("time/eval", 0.0)
+            if reason:
+                m[f"early_stopped/{reason}"] = 1.0
+            log.log(step, m)
+            if dist.main:
+                log.log_samples(step, sample_records(local, args.log_samples))
+                acc.log(m, step=step) if args.trackers else None
+                bar.set_postfix({"s/step": f"{m['time/step']:.0f}", "R": f"{m['rollout/return']:.2f}",
+                                 "succ": f"{m['rollout/success']:.2f}", "kept": f"{m.get('filter/kept_frac', 0):.2f}",
+                                 **({"MI": f"{m['mi_first_turn/mi_estimate']:.3f}"}
+                                    if "mi_first_turn/mi_estimate" in m else {})})
+            if reason or flag.set:
+                stop_reason, step = reason, step + 1
+                break
+            if args.save_every and (step + 1) % args.save_every == 0:
+                save(run_dir, step + 1, model, critic, opt, copt, emas, stopper, dist)
+        else:
+            step = args.steps
+    finally:
+        flag.restore()
+    save(run_dir, step, model, critic, opt, copt, emas, stopper, dist)
+    if dist.main:
+        report.plot_run(run_dir)
+        if not flag.set:            # completed (all steps or an early stop): drivers skip finished runs
+            (run_dir / "finished.json").write_text(json.dumps({"step": step, "early_stop": stop_reason}))
+        if stop_reason or flag.set:
+            print(f"stopped at step {step} ({'Ctrl-C' if flag.set else stop_reason}); "
+                  f"continue with: python train.py --resume {run_dir}")
+    log.close()
+    acc.end_training()
+    return run_dir
+
+
+@torch.no_grad()
+def traj_statistic(local, R, owner, model, args, dist: Dist) -> torch.Tensor:
+    """(P', G) per-trajectory statistic for the entropy/length filter metrics: mean token entropy over the
+    generated tokens (reference: masked mean of `entropys`) or the number of generated tokens."""
+    G, dev = args.group_size, next(model.parameters()).device
+    vals = []
+    for s in range(0, len(local), args.micro_batch):
+        chunk = local[s:s + args.micro_batch]
+        b = rollout.to_tensors(chunk, model.config.pad_token_id)
+        if args.filter_metric == "length":
+            vals += b["loss_mask"].sum(1).float().tolist()
+            continue
+        with policy.autocast(dev, enabled=None if args.bf16 else False):
+            _, ent = policy.token_logprobs(model, b["input_ids"].to(dev), b["attention_mask"].to(dev),
+                                           b["loss_mask"].to(dev), with_entropy=True)
+        m = b["loss_mask"].to(dev).float()
+        vals += ((ent * m).sum(1) / m.sum(1).clamp(min=1)).cpu().tolist()
+    per_rank = dist.gather([vals])                                       # one list per process
+    out = torch.zeros(R.shape, dtype=torch.float64)
+    for r, v in enumerate(per_rank):            # process r's trajectories = its rows of R, in global order
+        rows = (owner == r).nonzero().squeeze(1)
+        out[rows] = torch.tensor(v, dtype=torch.float64).view(-1, G)
+    return out
+
+
+if __name__ == "__main__":
+    main()
