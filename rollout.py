@@ -4,7 +4,7 @@ What it implements (paper Sec. 4 / App. B; official-code facts in spec/reference
 - P groups x G members, group-contiguous (trajectory i is in group i // G); every member of group i resets
   with seeds[i], so a group shares its first prompt (the precondition of reward variance, RV, and of the MI
   proxy's first-turn family).
-- Each turn, all still-active envs generate together in ONE batched `model.generate` call (`policy.generate`:
+- Each turn, all still-active envs generate together in ONE batched `model.generate` call (`sampling.generate`:
   left padding, KV cache, sampling at `temperature` / `top_p`, top-k off, at most `max_new_tokens`), stopping
   at `</answer>` or at the model's end-of-turn token. The prompt ends with the forced `<think>` (or `<answer>`
   with think=False). With reuse_kv (default) each env's KV states carry over to its next turn, so only the
@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 import torch
 import policy
+import sampling
 
 PENALTY_RULES = ("no_valid", "any_invalid")  # paper reading (default) | official code
 Z_TOKENS = ("sampled", "retokenize")  # slice sampled ids (default) | re-tokenise the text like the reference
@@ -209,7 +210,7 @@ def _forget(kv, i):
 
 
 def rollout(model, tokenizer, cfg: RolloutConfig, seeds, group_size: int, *, env_fn=None,
-            generate_fn=policy.generate) -> list:
+            generate_fn=sampling.generate) -> list:
     """P = len(seeds) groups x group_size envs -> list of Trajectory (group-contiguous).
 
     env_fn() -> a fresh Env (default: envs.make_env(cfg.env, **cfg.env_options)); generate_fn has the
@@ -222,7 +223,7 @@ def rollout(model, tokenizer, cfg: RolloutConfig, seeds, group_size: int, *, env
 
         env_fn = lambda: envs.make_env(cfg.env, **cfg.env_options)  # noqa: E731
     tag = "<think>" if cfg.think else "<answer>"
-    eos = policy.eos_ids(model, tokenizer)
+    eos = sampling.eos_ids(model, tokenizer)
     enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
     dec = lambda ids: tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)  # noqa
 
@@ -246,7 +247,7 @@ def rollout(model, tokenizer, cfg: RolloutConfig, seeds, group_size: int, *, env
         trajs.append(tr)
     max_turns = cfg.max_turns or envs_[0].max_turns
     active = list(range(B))
-    kv = policy.KVStore() if cfg.reuse_kv else None  # per-row KV states carried from turn to turn
+    kv = sampling.KVStore() if cfg.reuse_kv else None  # per-row KV states carried from turn to turn
 
     for k in range(1, max_turns + 1):
         if not active:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 import signal
 import time
 from dataclasses import dataclass, field

@@ -36,17 +36,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 import policy  # noqa: E402
+import sampling  # noqa: E402
 import rollout  # noqa: E402
 
 TRL_REFERENCE = {"tokens": 64 * 64, "seconds": 65.0}  # GRPOTrainer bf16, gen + update, 2-core CPU (issue 3)
 
 
 def timed_generate(stats: dict):
-    """Wrap policy.generate to accumulate wall time, calls and batch rows spent inside generate."""
+    """Wrap sampling.generate to accumulate wall time, calls and batch rows spent inside generate."""
 
     def gen(model, tokenizer, contexts, **kw):
         t0 = time.perf_counter()
-        out = policy.generate(model, tokenizer, contexts, **kw)
+        out = sampling.generate(model, tokenizer, contexts, **kw)
         stats["gen_s"] += time.perf_counter() - t0
         stats["calls"] += 1
         stats["rows"] += len(contexts)
@@ -112,7 +113,7 @@ def main(argv=None):
     model, tok = policy.load(args.model)
     device = next(model.parameters()).device
     # warm-up: the first generate call pays one-off costs (kernels, stop-string tables)
-    policy.generate(model, tok, [tok.encode("Hello")], max_new_tokens=2)
+    sampling.generate(model, tok, [tok.encode("Hello")], max_new_tokens=2)
     rows = []
     for env in args.envs:
         for config in args.configs:

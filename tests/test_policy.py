@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import policy
+import sampling
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +213,7 @@ def test_gguf_cache_round_trip(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Sampling (policy.generate)
+# Sampling (sampling.generate)
 # ----------------------------------------------------------------------------------------------------------
 def rigged_model(chain):
     """A tiny Llama whose next token depends only on the current one: chain = {token: next_token}.
@@ -240,8 +241,8 @@ def test_generate_stops_at_answer_tag_and_eos_with_left_padding(tiny):
     # ">" -> "</" -> "answer" -> ">" ...: stops after "</answer>"; a -> eos; b -> b -> ... (token limit)
     model, _ = rigged_model({close[2]: close[0], close[0]: close[1], close[1]: close[2], a: eos, b: b})
     ctx = [[5, 6, 7, close[2]], [a], [9, b]]  # ragged: left padding
-    for kv in (None, policy.KVStore()):
-        outs = policy.generate(model, tok, ctx, max_new_tokens=6, temperature=1.0, kv=kv, keys=[0, 1, 2])
+    for kv in (None, sampling.KVStore()):
+        outs = sampling.generate(model, tok, ctx, max_new_tokens=6, temperature=1.0, kv=kv, keys=[0, 1, 2])
         assert [o[0] for o in outs] == [close, [eos], [b] * 6]  # stop string / eos / token limit
         for ids, lp in outs:
             assert len(lp) == len(ids) and all(-1e-3 < x <= 0 for x in lp)  # near-certain tokens
@@ -267,7 +268,7 @@ def test_sampling_follows_softmax_with_temperature_and_top_p(tiny):
     for temperature, top_p, p in cases:
         tokens, lps = [], []
         for _ in range(4):  # 4 x 500 one-token samples
-            outs = policy.generate(model, tok, [[5]] * 500, max_new_tokens=1, temperature=temperature, top_p=top_p,
+            outs = sampling.generate(model, tok, [[5]] * 500, max_new_tokens=1, temperature=temperature, top_p=top_p,
                                    stop=())
             tokens += [o[0][0] for o in outs]
             lps += [o[1][0] for o in outs]
@@ -278,7 +279,7 @@ def test_sampling_follows_softmax_with_temperature_and_top_p(tiny):
         assert ((freq - p).abs() <= 4.5 * sigma + 1e-9).all(), (temperature, top_p, freq, p)
         expected_lp = logp1[(tokens[:, None] == support).float().argmax(1)]
         assert torch.allclose(torch.tensor(lps), expected_lp, atol=1e-5)
-    greedy = policy.generate(model, tok, [[5]] * 3, max_new_tokens=1, temperature=0.0, stop=())
+    greedy = sampling.generate(model, tok, [[5]] * 3, max_new_tokens=1, temperature=0.0, stop=())
     assert [o[0] for o in greedy] == [[10]] * 3
 
 
@@ -290,13 +291,13 @@ def test_kv_reuse_across_turns_equals_reencoding(tiny):
     prompt = torch.randint(100, 40000, (30,), generator=g).tolist()
     ctx_kv = [prompt, list(prompt), torch.randint(100, 40000, (12,), generator=g).tolist()]
     ctx_plain = [list(c) for c in ctx_kv]
-    kv = policy.KVStore()
-    policy._encode_prefixes(model, ctx_kv, [0, 1], kv, [0, 1])  # same prompt: encoded once, shared
+    kv = sampling.KVStore()
+    sampling._encode_prefixes(model, ctx_kv, [0, 1], kv, [0, 1])  # same prompt: encoded once, shared
     assert kv.entries[0] is kv.entries[1]
     kv.drop(0), kv.drop(1)
     for turn in range(3):
-        a = policy.generate(model, tok, ctx_kv, max_new_tokens=5, temperature=0.0, stop=(), kv=kv, keys=[0, 1, 2])
-        b = policy.generate(model, tok, ctx_plain, max_new_tokens=5, temperature=0.0, stop=())
+        a = sampling.generate(model, tok, ctx_kv, max_new_tokens=5, temperature=0.0, stop=(), kv=kv, keys=[0, 1, 2])
+        b = sampling.generate(model, tok, ctx_plain, max_new_tokens=5, temperature=0.0, stop=())
         assert [o[0] for o in a] == [o[0] for o in b]
         for (_, la), (_, lb) in zip(a, b):
             assert la == pytest.approx(lb, abs=1e-5)
@@ -307,13 +308,13 @@ def test_kv_reuse_across_turns_equals_reencoding(tiny):
             ctx_plain[i] = ctx_plain[i] + ids + suffix
             assert kv.entries[i][0] == tuple(ctx_kv[i][:len(kv.entries[i][0])])  # stored = a prefix
     ctx_kv[2] = ctx_plain[2] = ctx_kv[2][:5] + [7] + ctx_kv[2][6:]  # history edited: entry is stale
-    a = policy.generate(model, tok, ctx_kv, max_new_tokens=4, temperature=0.0, stop=(), kv=kv, keys=[0, 1, 2])
-    b = policy.generate(model, tok, ctx_plain, max_new_tokens=4, temperature=0.0, stop=())
+    a = sampling.generate(model, tok, ctx_kv, max_new_tokens=4, temperature=0.0, stop=(), kv=kv, keys=[0, 1, 2])
+    b = sampling.generate(model, tok, ctx_plain, max_new_tokens=4, temperature=0.0, stop=())
     assert [o[0] for o in a] == [o[0] for o in b]
     # bf16 autocast with the store (bf16 KV states): runs, and tokens are real samples with finite log-probs
-    kv16 = policy.KVStore()
+    kv16 = sampling.KVStore()
     for _ in range(2):
-        out = policy.generate(model, tok, ctx_kv, max_new_tokens=3, stop=(), bf16=True, kv=kv16, keys=[0, 1, 2])
+        out = sampling.generate(model, tok, ctx_kv, max_new_tokens=3, stop=(), bf16=True, kv=kv16, keys=[0, 1, 2])
         assert all(len(ids) == 3 and all(-30 < x <= 0 for x in lp) for ids, lp in out)
         ctx_kv = [c + ids + [11, 12] for c, (ids, _) in zip(ctx_kv, out)]
     assert kv16.entries[0][1][0][1].dtype == torch.bfloat16  # V states of layer 0 were computed in bf16

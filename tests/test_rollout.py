@@ -9,6 +9,7 @@ import torch
 
 import envs
 import policy
+import sampling
 import rollout
 from rollout import RolloutConfig
 
@@ -275,7 +276,7 @@ def test_tiny_model_rollout_logprobs_have_no_drift(tiny):
 
     def counting_generate(*args, **kw):
         calls.append(len(args[2]))
-        return policy.generate(*args, **kw)
+        return sampling.generate(*args, **kw)
 
     torch.manual_seed(0)
     cfg = RolloutConfig(env="frozenlake", max_new_tokens=8, max_turns=2)

@@ -9,7 +9,6 @@ Run: `.venv/bin/python -m pytest tests/test_theory.py -q`
 """
 from __future__ import annotations
 
-import itertools
 import math
 import subprocess
 import sys
