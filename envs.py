@@ -32,8 +32,8 @@ numbers: same seed and same actions => same trajectory). Envs are plain objects;
 Paper vs code: FrozenLake `slip` defaults to 0 (deterministic, the main-table scripts); the paper's text says the
 lake is 2% slippery, i.e. `slip=0.02`. The slip-sweep scripts use slip in {0, .02, .05, .1, .2, .5, 1}.
 Deliberate differences from the official code (each documented where it happens):
-  * Bandit members of a group share the prompt (the reference adds a per-env counter to the seed);
-    `payout_offset` gives an env its own payout stream.
+  * Bandit members of a group share the prompt (the reference adds a per-env counter to the seed, so its group
+    members see different prompts); each member draws its own payouts (reset(seed, member)).
   * Sokoban rooms are re-generated (derived seed) until solvable within the budget (`check_budget=False`: the
     reference's behaviour). FrozenLake's instructions give the true board size and mention slipping only when
     slip > 0. MetaMathQA also accepts numerically equal answers ("5.0" for "5"; `numeric_match=False` is the
@@ -112,11 +112,17 @@ class Env:
                      f"over at most {t} turn{'s' if t > 1 else ''}.")
         return "\n".join(lines)
 
-    def reset(self, seed) -> str:
-        """Start a new episode; the same seed always gives the same instance and the same observation text."""
+    def reset(self, seed, member: int = 0) -> str:
+        """Start a new episode; the same seed always gives the same instance and the same observation text.
+
+        member: the env's index inside its rollout group. Instances and transitions depend on the seed only
+        (common random numbers across the group); the one exception is Bandit's payout draw, which also uses
+        `member` so that group members share the prompt but not the coin flip (see tasks.Bandit)."""
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-        self.seed, self.done, self.success, self.num_actions = int(seed), False, False, 0
+        if isinstance(member, bool) or not isinstance(member, (int, np.integer)) or member < 0:
+            raise ValueError(f"member must be a non-negative integer, got {member!r}")
+        self.seed, self.member, self.done, self.success, self.num_actions = int(seed), int(member), False, False, 0
         self._reset(self.seed)
         return self.render()
 

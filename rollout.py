@@ -232,7 +232,7 @@ def rollout(model, tokenizer, cfg: RolloutConfig, seeds, group_size: int, *, env
     for i in range(B):
         env = env_fn()
         seed = int(seeds[i // group_size])
-        obs = env.reset(seed)
+        obs = env.reset(seed, member=i % group_size)      # same instance per group; see envs.Env.reset
         system = "You're a helpful assistant. " + env.instructions
         user = turn_block(1, obs, env.max_actions, env.max_tokens, cfg.think)
         tr = Trajectory(group=i // group_size, seed=seed, env_name=getattr(env, "name", cfg.env),

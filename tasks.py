@@ -306,9 +306,10 @@ LOW_PAY, HIGH_PAY, HIGH_PROB = 0.1, 1.0, 0.25
 class Bandit(Env):
     """Pick one of two named arms (reference `_1_bandit`). `action_names` = this instance's two arm names.
 
-    The payout of the high-risk arm is drawn from a stream seeded by (seed, payout_offset): envs reset with the
-    same seed share the prompt AND the payout draw (common random numbers). The reference instead gives each env
-    its own seed, so group members see different prompts; pass distinct `payout_offset`s to decorrelate payouts.
+    The payout of the high-risk arm is drawn from a stream seeded by (seed, payout_offset, member): the G members
+    of a group (same seed, member 0..G-1) share the prompt but flip their own coins, so a group that always picks
+    the high-risk arm still has reward variance, as in the reference. The reference gets there by giving each env
+    its own seed, which also gives group members *different* prompts (and breaks the first-turn MI family).
     """
     name = "bandit"
     action_names = []                                              # set by reset: the two arms of the instance
@@ -331,7 +332,7 @@ class Bandit(Env):
         rng = np.random.default_rng(seed)
         self.low, self.high = ARM_PAIRS[self.split][int(rng.integers(len(ARM_PAIRS[self.split])))]
         self.action_names = [self.low, self.high] if rng.random() < 0.5 else [self.high, self.low]
-        self.payout_rng = np.random.default_rng([seed, self.payout_offset])
+        self.payout_rng = np.random.default_rng([seed, self.payout_offset, self.member])   # per group member
         self.solution = [self.high]
         a, b = self.action_names
         self.obs = (f"There are 2 arms, named {a} and {b}. Which arm do you think is more likely to give higher "

@@ -462,6 +462,23 @@ def test_bandit_shared_prompt_and_payout_per_seed():
     assert payouts(0) == payouts(0) and payouts(0) != payouts(1)
 
 
+def test_bandit_members_share_the_prompt_but_not_the_coin():
+    flips = []
+    for seed in range(100):
+        members = [make_env("bandit") for _ in range(8)]
+        obs = {env.reset(seed, member=k) for k, env in enumerate(members)}
+        assert len(obs) == 1                                          # one prompt per group
+        flips.append([env.step(env.high)[1] for env in members])
+        again = make_env("bandit")
+        again.reset(seed, member=3)
+        assert again.step(again.high)[1] == flips[-1][3]              # deterministic per (seed, member)
+    flips = np.array(flips)
+    assert 0.2 < flips.mean() < 0.3
+    assert (flips.std(axis=1) > 0).mean() > 0.7       # P(8 equal coins) = 0.75^8 + 0.25^8 ~ 0.10
+    for env in ("sokoban", "frozenlake"):                             # everything else: common random numbers
+        assert make_env(env).reset(5, member=0) == make_env(env).reset(5, member=4)
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("name, options, match", [
     ("sokoban", {"num_boxes": 15}, "num_boxes"), ("sokoban", {"dim": 3}, "dim"),

@@ -28,7 +28,7 @@ class LineEnv:
         self.max_actions, self.max_tokens = max_actions, max_tokens
         self.instructions = "Walk right to the goal. Actions: Left, Right."
 
-    def reset(self, seed):
+    def reset(self, seed, member=0):
         self.seed, self.pos, self.done, self.success = seed, 0, False, False
         return self.render()
 
