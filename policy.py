@@ -19,6 +19,9 @@ What it implements
   entropy regulariser), only at loss-mask positions, LM head applied in chunks with an fp32 log-softmax per
   chunk. The full (B, T, V) fp32 log-softmax over the 49k vocabulary is never materialised; when grad is on,
   each chunk is checkpointed, so backward keeps only the (chunk, H) hidden states, not (chunk, V) logits.
+- Prefix sharing (`hidden_states(..., share_prefix=True)`, used by both of the above): the leading tokens that all
+  rows of a batch have in common (the system prompt; a group's whole first prompt) go through the backbone once,
+  and the rows continue from a repeated KV cache. Exact (same math, float rounding only), gradients included.
 - `Critic` / `make_critic(model)`: the PPO value model (reference-code.md Sec. 3.2: GAE with a separate critic),
   a deep copy of the policy backbone plus a zero-initialised linear value head.
 - Sampling for the rollout (`generate`, KV reuse across turns) lives in sampling.py.
@@ -222,11 +225,48 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def hidden_states(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Last hidden states (B, T, H) of a decoder backbone (`model.get_decoder()`), no KV cache."""
-    out = backbone(input_ids=input_ids, attention_mask=attention_mask,
-                   position_ids=position_ids_from_mask(attention_mask), use_cache=False)
-    return out.last_hidden_state
+# Shared-prefix forward (training-time prefix sharing). A micro-batch is laid out group-contiguously and every
+# row starts with the same system prompt (a whole group: the same first prompt), often 250-400 of ~350-450
+# tokens. Causal attention makes the hidden state at column t a function of columns <= t only, so on the
+# leading columns where all rows hold the same real tokens, every row has the *same* hidden states and K/V.
+# We compute them once on a (1, Lp) row with a KV cache, repeat the cache to B rows and run only the (B, T-Lp)
+# suffixes against it (full (B, T) attention mask, the plain path's position ids). Same math as the plain
+# forward, only the float summation order differs (~1e-6 in fp32); autograd goes through the repeat and the
+# expand, so the prefix's gradient is the sum of the B rows' gradients, exactly as if it were computed B times.
+# The prefix needs no row to be scored there: hidden states are identical whether or not mask == 1 on them.
+# Under bf16 autocast that rounding is bf16's (~1e-3 in log-probs), so a row's result then depends slightly
+# on which rows share its micro-batch (Lp); share_prefix=False is batch-invariant.
+MIN_SHARED_PREFIX = 8  # below this, the two extra backbone calls cost more than they save
+
+
+def shared_prefix_len(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """Number of leading columns on which all rows hold the same token with attention_mask == 1 (0 if B == 1,
+    and 0 whenever some row is left-padded, since its column 0 is padding)."""
+    if input_ids.shape[0] < 2:
+        return 0
+    same = (input_ids == input_ids[:1]).all(0) & attention_mask.bool().all(0)  # (T,)
+    return int(same.long().cumprod(0).sum())
+
+
+def hidden_states(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                  share_prefix: bool = True) -> torch.Tensor:
+    """Last hidden states (B, T, H) of a decoder backbone (`model.get_decoder()`). share_prefix: encode the
+    batch's common leading tokens once and reuse their KV cache for all rows (see the comment above); the
+    plain path (no KV cache) when False or when that prefix is shorter than MIN_SHARED_PREFIX."""
+    B, T = input_ids.shape
+    pos = position_ids_from_mask(attention_mask)  # (B, T)
+    Lp = min(shared_prefix_len(input_ids, attention_mask), T - 1) if share_prefix else 0  # keep >= 1 suffix column
+    if Lp < MIN_SHARED_PREFIX:
+        return backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos,
+                        use_cache=False).last_hidden_state
+    # transformers' own DynamicCache does the bookkeeping: the backbone creates it, batch_repeat_interleave
+    # copies the (1, heads, Lp, d) K/V of every layer to B rows (differentiably), and the suffix call appends to it.
+    pre = backbone(input_ids=input_ids[:1, :Lp], attention_mask=attention_mask[:1, :Lp],
+                   position_ids=pos[:1, :Lp], use_cache=True)
+    pre.cache.batch_repeat_interleave(B)
+    suf = backbone(input_ids=input_ids[:, Lp:], attention_mask=attention_mask, position_ids=pos[:, Lp:],
+                   cache=pre.cache, use_cache=True)
+    return torch.cat([pre.last_hidden_state.expand(B, -1, -1), suf.last_hidden_state], dim=1)  # (B, T, H)
 
 
 def _head_logp(head: nn.Module, h: torch.Tensor, y: torch.Tensor, temperature: float, with_entropy: bool):
@@ -241,7 +281,8 @@ def _head_logp(head: nn.Module, h: torch.Tensor, y: torch.Tensor, temperature: f
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor, *,
-                   temperature: float = 1.0, with_entropy: bool = False, chunk_size: int = 1024):
+                   temperature: float = 1.0, with_entropy: bool = False, chunk_size: int = 1024,
+                   share_prefix: bool = True):
     """Per-token log-probs (and entropies) at the masked positions, shape (B, T) each, fp32.
 
     logp[b, t] = log softmax(logits(input_ids[b, :t]) / temperature)[input_ids[b, t]] where mask[b, t] == 1,
@@ -249,6 +290,7 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     Only the N masked positions go through the LM head, `chunk_size` rows at a time; under grad each chunk is
     recomputed in backward (activation checkpointing), so peak memory holds (chunk_size, V), never (N, V).
     Run it under `autocast(device)` for bf16 compute; the log-softmax is always fp32.
+    share_prefix: run the rows' common leading tokens through the backbone once (`hidden_states`); same result.
     """
     if input_ids.shape != attention_mask.shape or input_ids.shape != mask.shape or input_ids.dim() != 2:
         raise ValueError(f"input_ids, attention_mask and mask must share one (B, T) shape, got "
@@ -264,7 +306,7 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         raise ValueError("mask must be 0 wherever attention_mask is 0 (padding is never scored)")
     B, T = input_ids.shape
 
-    h = hidden_states(model.get_decoder(), input_ids, attention_mask)  # (B, T, H)
+    h = hidden_states(model.get_decoder(), input_ids, attention_mask, share_prefix=share_prefix)  # (B, T, H)
     head = model.get_output_embeddings()  # H -> V linear (tied to the input embeddings in SmolLM2)
     sel = mask[:, 1:]  # (B, T-1): token t+1 is scored from hidden state t
     h_sel = h[:, :-1][sel]  # (N, H), row-major order over (b, t)
@@ -311,11 +353,13 @@ class Critic(nn.Module):
         nn.init.zeros_(self.v_head.weight)
         nn.init.zeros_(self.v_head.bias)
 
-    def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+               share_prefix: bool = True) -> torch.Tensor:
         """(B, T) fp32; values[b, t] = V(input_ids[b, :t]) from hidden state t-1 (same alignment as
         token_logprobs: the value of the state in which token t is chosen); column 0 is 0.
-        Entries at padded positions are meaningless; mask them with the loss mask."""
-        h = hidden_states(self.backbone, input_ids, attention_mask)  # (B, T, H)
+        Entries at padded positions are meaningless; mask them with the loss mask.
+        share_prefix: encode the rows' common leading tokens once (`hidden_states`); same result."""
+        h = hidden_states(self.backbone, input_ids, attention_mask, share_prefix=share_prefix)  # (B, T, H)
         v = self.v_head(h).squeeze(-1).float()  # (B, T): v[:, t] = V(prefix through token t)
         return F.pad(v[:, :-1], (1, 0))  # shift right by one: value of the prefix *before* token t
 

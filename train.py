@@ -206,25 +206,36 @@ def agg_count(mask: torch.Tensor, mode: str) -> torch.Tensor:
     return mask.sum() if mode == "token-mean" else (mask.sum(1) > 0).sum()
 
 
+def plan(batch, args, dist: Dist) -> list:
+    """Mini-batches cut from the GLOBAL kept order (so the update is the same for any number of processes), each
+    as (global normaliser, [local micro-batch row indices]). The old-log-prob pass uses the same micro-batches,
+    so a row is always scored together with the same rows (with prefix sharing under bf16 that keeps the first
+    PPO ratio at exactly 1)."""
+    agg = args.loss_agg
+    counts = dict(zip(dist.gather(batch["gidx"].tolist()),
+                      dist.gather([float(agg_count(m[None], agg)) for m in batch["loss_mask"]])))
+    pos = {g: i for i, g in enumerate(batch["gidx"].tolist())}          # global id -> local row
+    order = sorted(counts)                                             # global kept trajectory ids
+    out = []
+    for s in range(0, len(order), args.mini_batch):
+        mb = order[s:s + args.mini_batch]
+        rows = [pos[g] for g in mb if g in pos]
+        out.append((max(sum(counts[g] for g in mb), 1.0),
+                    [torch.tensor(rows[u:u + args.micro_batch]) for u in range(0, len(rows), args.micro_batch)]))
+    return out
+
+
 def update(model, critic, opt, copt, batch, args, dist: Dist) -> dict:
-    """Mini-batch PPO-style updates on the kept batch. `batch` holds this process's kept trajectories with their
-    global index `gidx`; mini-batches are cut from the global kept order, so the update is the same for any
-    number of processes. Returns summed statistics (already reduced over processes)."""
+    """Mini-batch PPO-style updates on the kept batch (batch["plan"], see `plan`). Every loss term of a micro-batch
+    is weighted by its share of the mini-batch's global normaliser, so gradient accumulation over micro-batches
+    and the sum over processes reproduce the aggregation mode exactly. Returns statistics reduced over processes."""
     dev = next(model.parameters()).device
     agg = args.loss_agg
-    counts = {g: c for g, c in zip(dist.gather(batch["gidx"].tolist()),
-                                   dist.gather([float(agg_count(m[None], agg)) for m in batch["loss_mask"]]))}
-    order = sorted(counts)                                             # global kept trajectory ids
-    pos = {g: i for i, g in enumerate(batch["gidx"].tolist())}          # global id -> local row
     stats = torch.zeros(8, dtype=torch.float64)  # pg, entropy, kl, value_loss, clipfrac, ppo_kl, grad_norm, skipped
     n_updates = 0
     for _ in range(args.ppo_epochs):
-        for s in range(0, len(order), args.mini_batch):
-            mb = order[s:s + args.mini_batch]
-            denom = max(sum(counts[g] for g in mb), 1.0)
-            rows = [pos[g] for g in mb if g in pos]
-            for u in range(0, len(rows), args.micro_batch):
-                r = torch.tensor(rows[u:u + args.micro_batch])
+        for denom, micros in batch["plan"]:
+            for r in micros:
                 ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
                 share = float(agg_count(mask, agg)) / denom           # micro-batch's part of the global normaliser
                 with policy.autocast(dev, enabled=None if args.bf16 else False):
@@ -293,10 +304,9 @@ def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist: Di
     batch = rollout.to_tensors([t for _, t in pairs], tok.pad_token_id)
     batch["gidx"] = torch.tensor([gi for gi, _ in pairs], dtype=torch.long)
     ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
-    B = ids.shape[0]
+    batch["plan"] = plan(batch, args, dist)
     old, refl, vals = torch.zeros(ids.shape), torch.zeros(ids.shape), torch.zeros(ids.shape)
-    for s in range(0, B, args.micro_batch):
-        sl = slice(s, s + args.micro_batch)
+    for sl in [r for _, micros in batch["plan"] for r in micros]:
         a = (ids[sl].to(dev), attn[sl].to(dev), mask[sl].to(dev))
         with policy.autocast(dev, enabled=None if args.bf16 else False):
             old[sl] = policy.token_logprobs(model, *a)[0].cpu()

@@ -183,6 +183,168 @@ def test_critic_alignment_and_zero_init(tiny):
             model.get_decoder().norm.weight.sub_(1.0)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Prefix sharing (hidden_states(..., share_prefix=True)): same results as the plain forward
+# ----------------------------------------------------------------------------------------------------------
+def prefix_batch(vocab, lengths, common, groups=(), seed=0, left=False):
+    """Random rows (right-padded to their `lengths`, or left-padded) whose first `common` tokens are identical;
+    groups: (rows, n) pairs -> those rows also share their first n tokens (a second prompt). Loss mask: random
+    positions anywhere after column 0, inside the shared prefix too."""
+    ids, attn, mask = ragged_batch(vocab, lengths, left=left, seed=seed)
+    ids[:, :common] = ids[0, :common]
+    for rows, n in groups:
+        ids[rows, :n] = ids[rows[0], :n]
+    return ids, attn, mask
+
+
+def backbone_calls(model_or_backbone):
+    """Record the input_ids shape of every backbone call (a forward pre-hook); returns (list, hook handle)."""
+    shapes = []
+    hook = lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape))  # noqa: E731
+    return shapes, model_or_backbone.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+# (lengths, common, groups) -> expected shared prefix length Lp used by hidden_states (0 = plain path)
+PREFIX_CASES = {
+    "long prefix, ragged": ([40, 33, 47, 29], 24, (), 24),
+    "prefix = whole shortest row": ([12, 30, 20], 12, (), 12),
+    "two prompts": ([30, 28, 35, 31], 10, (([0, 1], 20), ([2, 3], 22)), 10),
+    "exactly the minimum": ([15, 21], policy.MIN_SHARED_PREFIX, (), policy.MIN_SHARED_PREFIX),
+    "identical unpadded rows": ([20, 20, 20], 20, (), 19),  # capped at T - 1: the suffix keeps one column
+    "too short a prefix": ([25, 18, 30], policy.MIN_SHARED_PREFIX - 1, (), 0),
+    "one row": ([25], 25, (), 0),
+}
+
+
+@pytest.mark.parametrize("case", list(PREFIX_CASES))
+def test_shared_prefix_logprobs_and_values_equal_plain_path(tiny, case):
+    model, tok = tiny
+    lengths, common, groups, Lp = PREFIX_CASES[case]
+    ids, attn, mask = prefix_batch(len(tok), lengths, common, groups, seed=7)
+    B, T = ids.shape
+    if Lp:  # (the fallback cases are checked by the backbone calls below)
+        assert min(policy.shared_prefix_len(ids, attn), T - 1) == Lp
+    critic = policy.make_critic(model)
+    with torch.no_grad():
+        torch.nn.init.normal_(critic.v_head.weight, std=0.5)
+        shapes, hook = backbone_calls(model.get_decoder())
+        try:
+            lp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True, chunk_size=16)
+        finally:
+            hook.remove()
+        ref_lp, ref_ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True, share_prefix=False)
+        v, ref_v = critic.values(ids, attn), critic.values(ids, attn, share_prefix=False)
+    assert shapes == ([(1, Lp), (B, T - Lp)] if Lp else [(B, T)])  # the shared path ran exactly when expected
+    assert torch.allclose(lp, ref_lp, atol=1e-5, rtol=0)
+    assert torch.allclose(ent, ref_ent, atol=1e-5, rtol=1e-6)  # entropies are ~10.8 (log 49k): 1e-6 relative
+    assert (lp[mask == 0] == 0).all() and (ent[mask == 0] == 0).all()
+    real = attn.bool()  # values at padding are meaningless
+    assert torch.allclose(v[real], ref_v[real], atol=1e-5, rtol=0)
+
+
+def test_shared_prefix_falls_back_with_left_padding(tiny):
+    model, tok = tiny
+    ids, attn, mask = prefix_batch(len(tok), [30, 22, 26], 0, seed=8, left=True)
+    ids[:, -15:] = ids[0, -15:]  # identical last tokens: still no common *leading* real tokens
+    assert policy.shared_prefix_len(ids, attn) == 0
+    shapes, hook = backbone_calls(model.get_decoder())
+    try:
+        with torch.no_grad():
+            lp, _ = policy.token_logprobs(model, ids, attn, mask)
+    finally:
+        hook.remove()
+    assert shapes == [tuple(ids.shape)]
+    with torch.no_grad():
+        assert torch.allclose(lp, naive_logprobs(model, ids, attn, mask)[0], atol=1e-5, rtol=0)
+
+
+def _rel_err(a, b):
+    return ((a - b).norm() / b.norm().clamp(min=1e-12)).item()
+
+
+def test_shared_prefix_gradients_equal_plain_path(tiny):
+    """Backward through the repeated KV cache and the expanded prefix states: every parameter's gradient of
+    sum(logp) + 0.1 sum(entropy) (policy) and of sum(values) (critic) equals the plain path's."""
+    model, tok = tiny
+    lengths, common, groups, _ = PREFIX_CASES["two prompts"]  # ragged padding, two prompts
+    ids, attn, mask = prefix_batch(len(tok), lengths, common, groups, seed=9)
+    critic = policy.make_critic(model)
+    with torch.no_grad():
+        torch.nn.init.normal_(critic.v_head.weight, std=0.5)
+
+    def grads(module, loss_fn):
+        module.zero_grad()
+        loss_fn().backward()
+        out = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+        module.zero_grad()
+        return out
+
+    def policy_loss(share):
+        lp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True, chunk_size=16, share_prefix=share)
+        return lp.sum() + 0.1 * ent.sum()
+
+    def critic_loss(share):
+        return (critic.values(ids, attn, share_prefix=share) * mask).sum()
+
+    for module, loss in ((model, policy_loss), (critic, critic_loss)):
+        g_shared, g_plain = grads(module, lambda: loss(True)), grads(module, lambda: loss(False))
+        assert g_shared.keys() == g_plain.keys() and len(g_plain) == len(list(module.parameters()))
+        for name in g_plain:
+            assert _rel_err(g_shared[name], g_plain[name]) < 1e-5, (name, _rel_err(g_shared[name], g_plain[name]))
+
+
+def test_shared_prefix_under_bf16_autocast(tiny):
+    """bf16 compute (emulated on CPUs without it): runs with and without grad, and agrees with the plain bf16
+    path up to bf16 rounding."""
+    model, tok = tiny
+    ids, attn, mask = prefix_batch(len(tok), [30, 28, 35, 31], 10, (([0, 1], 20),), seed=10)
+    with policy.autocast("cpu", enabled=True):
+        with torch.no_grad():
+            lp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True)
+            ref_lp, ref_ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True, share_prefix=False)
+        model.zero_grad()
+        policy.token_logprobs(model, ids, attn, mask)[0].sum().backward()
+    assert lp.dtype == torch.float32 and (lp[mask == 1] < 0).all()
+    assert torch.allclose(lp, ref_lp, atol=0.05, rtol=0) and torch.allclose(ent, ref_ent, atol=0.05, rtol=0)
+    grads = [p.grad for p in model.parameters()]
+    model.zero_grad()
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.slow
+def test_shared_prefix_on_smollm2():
+    """Real model (30 layers, 9 heads / 3 KV heads), real chat prompts: 2 rows of one prompt + 1 of another,
+    sharing only the system message. Log-probs and gradients equal the plain path's (fp32 rounding only)."""
+    model, tok = policy.load("smollm2-135m")
+    system = {"role": "system", "content": "You are playing a two-armed bandit. Answer with <answer>A</answer> "
+                                           "or <answer>B</answer> after thinking inside <think></think>."}
+    rows = []
+    for user, reply in (("Pick an arm.", "<think>A paid</think><answer>A</answer>"),
+                        ("Pick an arm.", "<think>try B</think><answer>B</answer>"),
+                        ("Pick an arm, please.", "<think>B</think><answer>B</answer>")):
+        prompt = tok.apply_chat_template([system, {"role": "user", "content": user}], add_generation_prompt=True,
+                                         return_dict=True)["input_ids"]
+        rows.append((prompt, tok.encode(reply, add_special_tokens=False)))
+    T = max(len(p) + len(r) for p, r in rows)
+    ids = torch.full((3, T), tok.pad_token_id)
+    attn, mask = torch.zeros(3, T, dtype=torch.long), torch.zeros(3, T, dtype=torch.long)
+    for b, (p, r) in enumerate(rows):
+        ids[b, :len(p) + len(r)] = torch.tensor(p + r)
+        attn[b, :len(p) + len(r)] = 1
+        mask[b, len(p):len(p) + len(r)] = 1
+    assert policy.MIN_SHARED_PREFIX <= policy.shared_prefix_len(ids, attn) < min(len(p) for p, _ in rows)
+    out = {}
+    for share in (True, False):
+        model.zero_grad()
+        lp, _ = policy.token_logprobs(model, ids, attn, mask, share_prefix=share)
+        lp.sum().backward()
+        out[share] = lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    (lp_s, g_s), (lp_p, g_p) = out[True], out[False]
+    assert torch.allclose(lp_s, lp_p, atol=1e-4, rtol=0)
+    assert all(_rel_err(g_s[n], g_p[n]) < 1e-4 for n in g_p)
+
+
 @pytest.mark.slow
 def test_gguf_cache_round_trip(tmp_path, monkeypatch):
     """First load dequantises the GGUF and caches it atomically; the cached copy equals the GGUF weights."""

@@ -188,3 +188,22 @@ def test_every_experiment_arm_is_a_valid_config():
     assert n == 2 * sum(len(arms) for _, arms, _ in paper.EXPERIMENTS.values())
     q, _ = config.resolve([x if x != "@diluted" else "0" for x in paper.runs("quartiles", "paper", [1], [], "r")[2][1]])
     assert (q.filter, q.filter_quartile, q.seed, q.env, q.groups) == ("none", 3, 1, "sokoban", 8)
+
+
+def test_old_logprobs_use_the_update_micro_batches():
+    """The first PPO ratio is exactly 1: old log-probs are computed on the same micro-batches the update uses."""
+    model, tok = policy.load("tiny", seed=0)
+    args, _ = config.resolve(["--model", "tiny", "--algo", "grpo", "--groups", "2", "--group-size", "3",
+                              "--mini-batch", "4", "--micro-batch", "3", "--filter", "none", "--no-bf16"])
+    trajs, R = scripted_batch(tok, [[(" Left", 1.0), (" Right", 0.0), (" Up", 0.5)],
+                                    [(" Down", 0.2), (" Right", 0.0), (" Left Left", 0.7)]])
+    import filter as rvfilter
+    fres = rvfilter.apply_filter(R, config.filter_config(args))
+    batch = train.prepare_batch(trajs, R, torch.zeros(2, dtype=torch.long), fres, model, None, None, tok, args,
+                                train.Dist(OneProcess()))
+    micros = [r.tolist() for _, ms in batch["plan"] for r in ms]
+    assert micros == [[0, 1, 2], [3], [4, 5]]                        # mini-batches of 4 cut into micros of <= 3
+    for r in batch["plan"][0][1] + batch["plan"][1][1]:
+        with torch.no_grad():
+            lp, _ = policy.token_logprobs(model, *(batch[k][r] for k in ("input_ids", "attention_mask", "loss_mask")))
+        assert torch.equal(lp, batch["old_logp"][r])
