@@ -39,7 +39,7 @@ BOOKKEEPING = {"seed", "name", "resume", "out_dir", "save_every", "eval_every", 
 
 # Curves drawn by plot_run, in panel order: (title, metric keys drawn in that panel).
 PANELS = [
-    ("return / success (train)", ["rollout/return", "rollout/success"]),
+    ("return / success / format (train)", ["rollout/return", "rollout/success", "rollout/format_ok_rate"]),
     ("validation success", ["val/success"]),
     ("kept fraction (filter)", ["filter/kept_frac"]),
     ("reward variance (RV)", ["filter/rv_mean", "filter/kept_rv_mean"]),
@@ -50,7 +50,7 @@ PANELS = [
     ("MI-ZScore-EMA", ["mi_first_turn/mi_zscore_ema", "mi_trajectory/mi_zscore_ema"]),
     ("H(Z|X) proxy / token entropy", ["mi_first_turn/conditional_entropy_est", "train/entropy"]),
     ("losses", ["train/pg_loss", "train/value_loss", "train/kl"]),
-    ("tokens per turn / format ok", ["rollout/response_tokens", "rollout/format_ok_rate"]),
+    ("tokens per turn", ["rollout/response_tokens"]),
 ]
 
 

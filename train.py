@@ -394,6 +394,8 @@ def main(argv=None) -> Path:
     acc.wait_for_everyone()
     log = runlog.RunLog(run_dir, enabled=dist.main)
     log.write_config(dataclasses.asdict(args))
+    if dist.main:
+        (run_dir / "finished.json").unlink(missing_ok=True)       # written again when this invocation completes
     if args.trackers:
         acc.init_trackers(args.name, config=dataclasses.asdict(args))
 
