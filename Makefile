@@ -19,7 +19,7 @@ $(STAMP): requirements.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python train.py --preset demo
+	$(BIN)/python train.py --preset demo --name demo-$$(date +%Y%m%d-%H%M%S)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -rs --durations=15

@@ -36,7 +36,8 @@ class Args:
     out_dir: str = flag("runs", "parent directory of run directories", "run")
     preset: str = flag("", "named bundle of defaults: demo | paper | smoke (see PRESETS)", "run", ["", "demo", "paper", "smoke"])
     resume: str = flag("", "continue the run in this directory exactly where its last checkpoint left off", "run")
-    seed: int = flag(0, "global seed: env seeds, sampling, MI pair sampling", "run")
+    seed: int = flag(0, "seed of sampling, tiny-model init and MI pair sampling (env instances come from --train-seed and "
+                     "--val-seed, so arms and seeds see the same instances)", "run")
     steps: int = flag(20, "rollout-update iterations (paper: 400)", "run")
     save_every: int = flag(10, "checkpoint every N steps (and at the end and on Ctrl-C); 0 = only end/Ctrl-C", "run")
     eval_every: int = flag(10, "validation every N steps (and before training); 0 = never", "run")
@@ -66,7 +67,8 @@ class Args:
     gamma: float = flag(1.0, "GAE discount", "algo")
     lam: float = flag(1.0, "GAE lambda", "algo")
     whiten_adv: bool = flag(True, "whiten GAE advantages over all masked tokens of the batch", "algo")
-    loss_agg: str = flag("", "token-mean | seq-mean-token-mean | seq-mean-token-sum (default: from --algo)", "algo")
+    loss_agg: str = flag("", "token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm "
+                         "(constant = --max-new-tokens) (default: from --algo)", "algo")
     clip_low: float = flag(-1.0, "PPO clip epsilon below 1 (default: from --algo)", "algo")
     clip_high: float = flag(-1.0, "PPO clip epsilon above 1, clip-higher (default: from --algo)", "algo")
     clip_c: float = flag(3.0, "dual-clip constant for negative advantages (verl clip_ratio_c)", "algo")
@@ -131,11 +133,13 @@ PRESETS = {
                  max_new_tokens=64, temperature=0.7, lr=2e-5, mini_batch=32, micro_batch=8, filter_eps=0.0,
                  eval_every=4, val_envs=16, mi_every=2, mi_samples=32, save_every=4, early_stop_empty=0, name="demo"),
     # The paper's main setting (spec/paper.md section 4): Sokoban, Qwen2.5-3B in the paper (pass --model),
-    # P=8 x G=16, 400 steps, PPO (GAE, token-mean), top-p 0.9 on variance mass, include_zero off.
+    # P=8 x G=16, 400 steps, PPO (GAE, token-mean), top-p 0.9 on variance mass, include_zero off, the reference's
+    # three early stops on (empty filter x5, RV collapse, validation success < 1% x5).
     "paper": dict(env="sokoban", algo="ppo", groups=8, group_size=16, steps=400, max_new_tokens=400, max_context=3600,
                   lr=1e-6, critic_lr=1e-5, mini_batch=32, micro_batch=4, entropy_coef=0.001, kl_coef=0.0,
                   filter="top_p", filter_value=0.9, filter_mode="linear", filter_include_zero=False,
-                  val_envs=512, eval_every=10, mi_every=5, mi_samples=64, early_stop_empty=5),
+                  val_envs=512, eval_every=10, mi_every=5, mi_samples=64, early_stop_empty=5, early_stop_rv=True,
+                  early_stop_val=True),
     # Tiny-model smoke settings used by the tests (seconds per step on CPU).
     "smoke": dict(model="tiny", env="frozenlake", groups=2, group_size=2, steps=2, max_new_tokens=8, mini_batch=4,
                   micro_batch=2, eval_every=1, val_envs=2, mi_every=1, mi_samples=8, save_every=1, bf16=False),
@@ -216,6 +220,15 @@ def validate(a: Args) -> None:
         bad("clip_c", f"dual clip needs clip_c > 1, got {a.clip_c}")
     if a.adv in ("grpo", "drgrpo") and a.group_size < 2:
         bad("group_size", f"group advantages ({a.adv}) need G >= 2, got {a.group_size}")
+    if a.ds_max_rounds < 0:
+        bad("ds_max_rounds", f"must be >= 0, got {a.ds_max_rounds}")
+    if not (0 <= a.gamma <= 1 and 0 <= a.lam <= 1):
+        bad("gamma", f"gamma and lam must lie in [0, 1], got {a.gamma}, {a.lam}")
+    for name in ("value_clip", "grad_clip", "lr", "critic_lr"):
+        if not getattr(a, name) > 0:
+            bad(name, f"must be > 0, got {getattr(a, name)}")
+    if a.ppo_epochs < 1:
+        bad("ppo_epochs", f"must be >= 1, got {a.ppo_epochs}")
     if a.micro_batch < 1 or a.mini_batch < a.micro_batch:
         bad("mini_batch", f"need mini_batch >= micro_batch >= 1, got {a.mini_batch}, {a.micro_batch}")
     if not (0 < a.temperature) or not (0 < a.val_temperature):

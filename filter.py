@@ -334,7 +334,9 @@ def apply_filter(rewards, cfg: FilterConfig | None = None, traj_stats=None) -> F
     n_p, n_g = r.shape
     if cfg.soft_reweight and n_g < 2:
         raise ValueError(f"soft_reweight=True needs G >= 2 rollouts per group; got G={n_g}")
-    scores = group_scores(r, cfg.metric, traj_stat=traj_stats)             # (P,)
+    needs_scores = cfg.strategy != "none" or cfg.quartile is not None or cfg.soft_reweight
+    scores = (group_scores(r, cfg.metric, traj_stat=traj_stats) if needs_scores   # (P,); "none" needs no
+              else torch.zeros(n_p, dtype=torch.float64))                          # score (works for G = 1)
     if cfg.quartile is not None:
         kept = select_quartile(scores, cfg.quartile, include_zero=cfg.include_zero)
     else:

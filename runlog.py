@@ -77,6 +77,10 @@ class RunLog:
     def write_config(self, config: dict) -> None:
         if self.enabled:
             payload = {"flags": config, "env": environment_info()}
+            old = self.dir / "config.json"
+            if old.exists():   # a resume: keep where and with what code the earlier invocations ran
+                before = json.loads(old.read_text())
+                payload["earlier_invocations"] = before.get("earlier_invocations", []) + [before["env"]]
             _atomic_write_text(self.dir / "config.json", json.dumps(payload, indent=2, sort_keys=True))
 
     def log(self, step: int, metrics: dict) -> None:

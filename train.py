@@ -64,9 +64,16 @@ class Dist:
         return gather_object(list(items))
 
     def sum_(self, t: torch.Tensor) -> torch.Tensor:
+        """In-place sum over processes (moved to the accelerator's device: NCCL cannot reduce CPU tensors)."""
         if self.world > 1:
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+            d = t.to(self.acc.device)
+            torch.distributed.all_reduce(d, op=torch.distributed.ReduceOp.SUM)
+            t.copy_(d)
         return t
+
+    def any(self, flag: bool) -> bool:
+        """True on every process if it is true on one (Ctrl-C must stop all processes at the same step)."""
+        return bool(self.sum_(torch.tensor([float(flag)]))[0] > 0) if self.world > 1 else flag
 
     def sync_grads(self, module: torch.nn.Module) -> None:
         """Sum gradients over processes (each process's loss is already divided by the global normaliser)."""
@@ -121,15 +128,17 @@ class EarlyStop:
 
 # --------------------------------------------------------------------------------------------------- rollouts
 def collect(step, model, tok, args, rcfg, dist: Dist):
-    """Roll out this step's groups. Returns (local trajectories, rewards (P', G), owner (P',), rollout metrics).
+    """Roll out this step's groups. Returns (local batch trajectories, local first-round trajectories, rewards
+    (P', G), owner (P',), rollout metrics of the first round).
 
     Global group order = (round, group index); process r owns a contiguous block of every round. With DAPO
     dynamic sampling, rounds continue (fresh seeds) until P groups with non-zero RV are collected or
-    --ds-max-rounds extra rounds are spent; only those groups enter the batch.
+    --ds-max-rounds extra rounds are spent; only those groups enter the batch. The first round is the
+    unfiltered batch the MI proxy and the rollout/ metrics see (DAPO's resampling is a filter too).
     """
     P, G, W = args.groups, args.group_size, dist.world
     Pl = P // W
-    local, rows, owner, rolled = [], [], [], []
+    local, rows, owner = [], [], []
     n_rounds = 1 + (args.ds_max_rounds if args.dynamic_sampling else 0)
     for rnd in range(n_rounds):
         base = args.train_seed + step * P if rnd == 0 else args.train_seed + 10**7 + ((step * args.ds_max_rounds) + rnd - 1) * P
@@ -137,7 +146,8 @@ def collect(step, model, tok, args, rcfg, dist: Dist):
         trajs = rollout.rollout(model, tok, rcfg, seeds, G)
         for i, t in enumerate(trajs):                                  # global group id, unique across rounds
             t.group = rnd * P + dist.rank * Pl + i // G
-        rolled += trajs
+        if rnd == 0:
+            first = trajs                                              # the unfiltered batch: MI, rollout/*
         R = torch.tensor(dist.gather([[t.ret for t in trajs[g * G:(g + 1) * G]] for g in range(Pl)]),
                          dtype=torch.float64)                           # (P, G), rows in global group order
         keep = torch.ones(P, dtype=torch.bool)
@@ -151,12 +161,12 @@ def collect(step, model, tok, args, rcfg, dist: Dist):
                 local += trajs[(g % Pl) * G:(g % Pl + 1) * G]
         if len(rows) >= P:
             break
-    metrics = {f"rollout/{k}": v for k, v in rollout.rollout_metrics(dist.gather(rolled)).items()}
+    metrics = {f"rollout/{k}": v for k, v in rollout.rollout_metrics(dist.gather(first)).items()}
     metrics["rollout/rounds"] = float(rnd + 1)
     metrics["rollout/groups_in_batch"] = float(len(rows))
     if not rows:
-        return local, torch.zeros(0, G, dtype=torch.float64), torch.zeros(0, dtype=torch.long), metrics
-    return local, torch.stack(rows), torch.tensor(owner), metrics
+        R, owner = torch.zeros(0, G, dtype=torch.float64), []
+    return local, first, (torch.stack(rows) if rows else R), torch.tensor(owner, dtype=torch.long), metrics
 
 
 # --------------------------------------------------------------------------------------------------- MI proxy
@@ -175,7 +185,8 @@ def mi_metrics(step, trajs, model, frozen, args, emas, dist: Dist) -> dict:
             key = family + suffix
             emas.setdefault(key, mi_proxy.ZScoreEMA())
             m = mi_proxy.mi_report(scorer, everything, family=family, num_samples=args.mi_samples, rng=rng,
-                                   ema=emas[key], n_perm=args.mi_null, pairs=pairs)
+                                   ema=emas[key], n_perm=args.mi_null, pairs=pairs,
+                                   bf16=None if args.bf16 else False)
             out.update({f"mi_{key}/{k}": v for k, v in m.items()})
     return out
 
@@ -194,11 +205,14 @@ def group_advantages(R: torch.Tensor, keep2d: torch.Tensor, normalize_std: bool)
 
 def whiten_global(adv: torch.Tensor, mask: torch.Tensor, dist: Dist) -> torch.Tensor:
     """algos.whiten with mean/unbiased variance over the masked tokens of ALL processes."""
-    m = mask.to(adv.dtype)
-    s = dist.sum_(torch.stack([(adv * m).sum(), (adv * adv * m).sum(), m.sum()]).double())
-    mean = s[0] / s[2]
-    var = (s[1] - s[2] * mean * mean) / (s[2] - 1)
-    return ((adv - mean) * torch.rsqrt(var + 1e-8)).to(adv.dtype) * m
+    m = mask.to(torch.float64)
+    a = adv.to(torch.float64)
+    s = dist.sum_(torch.stack([(a * m).sum(), m.sum()]))                # two passes: the one-pass formula
+    if s[1] < 2:                                                       # goes negative for constant advantages
+        raise ValueError(f"whitening needs >= 2 generated tokens in the batch, got {int(s[1])}")
+    mean = s[0] / s[1]
+    var = dist.sum_((((a - mean) ** 2) * m).sum()[None])[0] / (s[1] - 1)
+    return ((a - mean) * torch.rsqrt(var + 1e-8) * m).to(adv.dtype)
 
 
 def agg_count(mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -239,15 +253,16 @@ def update(model, critic, opt, copt, batch, args, dist: Dist) -> dict:
                 ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
                 share = float(agg_count(mask, agg)) / denom           # micro-batch's part of the global normaliser
                 with policy.autocast(dev, enabled=None if args.bf16 else False):
-                    logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=args.entropy_coef > 0)
+                    logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True,
+                                                      temperature=args.temperature)
                 adv = batch["adv"][r].to(dev)
                 pg = algos.policy_loss(logp, batch["old_logp"][r].to(dev), adv, mask, args.clip_low, args.clip_high,
                                        agg, args.clip_c, norm_len=args.max_new_tokens)
                 loss = pg
+                h = algos.entropy_bonus(ent, mask, agg, norm_len=args.max_new_tokens)
+                stats[1] += float(h.detach()) * share                 # logged whatever the coefficient
                 if args.entropy_coef > 0:
-                    h = algos.entropy_bonus(ent, mask, agg, norm_len=args.max_new_tokens)
                     loss = loss - args.entropy_coef * h
-                    stats[1] += float(h.detach()) * share
                 if args.kl_coef > 0:
                     kl = algos.agg_loss(algos.kl_term(logp, batch["ref_logp"][r].to(dev), args.kl_kind), mask, agg,
                                         norm_len=args.max_new_tokens)
@@ -287,6 +302,8 @@ def update(model, critic, opt, copt, batch, args, dist: Dist) -> dict:
                 "train/optimizer_steps": float(n_updates)})
     if critic is None:
         out.pop("train/value_loss")
+    if args.kl_coef == 0:
+        out.pop("train/kl")
     return out
 
 
@@ -301,7 +318,11 @@ def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist: Di
     local_rows = [g for g in range(R.shape[0]) if int(owner[g]) == dist.rank]
     pairs = [(g * G + k, local[i * G + k]) for i, g in enumerate(local_rows) for k in range(G)]
     pairs = [(gi, t) for gi, t in pairs if gi in kept_set]
-    batch = rollout.to_tensors([t for _, t in pairs], tok.pad_token_id)
+    if pairs:
+        batch = rollout.to_tensors([t for _, t in pairs], tok.pad_token_id)
+    else:   # this process kept nothing (another did): zero rows, it still joins every collective of the update
+        batch = {k: torch.zeros(0, 1, dtype=torch.long) for k in ("input_ids", "attention_mask", "loss_mask")}
+        batch["returns"] = torch.zeros(0)
     batch["gidx"] = torch.tensor([gi for gi, _ in pairs], dtype=torch.long)
     ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
     batch["plan"] = plan(batch, args, dist)
@@ -309,9 +330,10 @@ def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist: Di
     for sl in [r for _, micros in batch["plan"] for r in micros]:
         a = (ids[sl].to(dev), attn[sl].to(dev), mask[sl].to(dev))
         with policy.autocast(dev, enabled=None if args.bf16 else False):
-            old[sl] = policy.token_logprobs(model, *a)[0].cpu()
+            # log-probs of the sampling policy: logits / rollout temperature (as verl); 1.0 by default
+            old[sl] = policy.token_logprobs(model, *a, temperature=args.temperature)[0].cpu()
             if ref is not None:
-                refl[sl] = policy.token_logprobs(ref, *a)[0].cpu()
+                refl[sl] = policy.token_logprobs(ref, *a, temperature=args.temperature)[0].cpu()
             if critic is not None:
                 vals[sl] = critic.values(a[0], a[1]).cpu()
     batch["old_logp"], batch["ref_logp"], batch["values"] = old, refl, vals * mask
@@ -319,8 +341,9 @@ def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist: Di
     weight = {int(gi): float(w) for gi, w in zip(fres.kept_traj, fres.adv_weight)}
     w = torch.tensor([weight[int(gi)] for gi in batch["gidx"]]) * fres.loss_scale          # (B,)
     if args.adv == "gae":
-        rew = algos.terminal_token_rewards(batch["returns"].float(), mask)
-        adv, ret = algos.gae_advantages(rew, vals * mask, mask, args.gamma, args.lam, whiten_adv=False)
+        rew = algos.terminal_token_rewards(batch["returns"].float(), mask) if pairs else torch.zeros(ids.shape)
+        adv, ret = (algos.gae_advantages(rew, vals * mask, mask, args.gamma, args.lam, whiten_adv=False) if pairs
+                    else (torch.zeros(ids.shape), torch.zeros(ids.shape)))
         if args.whiten_adv:
             adv = whiten_global(adv, mask, dist)
         batch["adv"], batch["returns_tok"] = adv * w[:, None], ret
@@ -391,6 +414,9 @@ def main(argv=None) -> Path:
     run_dir = Path(args.resume) if args.resume else Path(args.out_dir) / args.name
     if not args.resume and runlog.read_metrics(run_dir):
         raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir} or choose --name")
+    ckpt = runlog.load_checkpoint(run_dir, rank=dist.rank) if args.resume else None
+    if ckpt is not None and ckpt["step"] > args.steps:      # checked before config.json is touched
+        raise ValueError(f"--steps {args.steps} is below the checkpoint's step {ckpt['step']}: nothing to do")
     acc.wait_for_everyone()
     log = runlog.RunLog(run_dir, enabled=dist.main)
     log.write_config(dataclasses.asdict(args))
@@ -412,7 +438,6 @@ def main(argv=None) -> Path:
     emas: dict[str, mi_proxy.ZScoreEMA] = {}
     stopper = EarlyStop(args.early_stop_empty, args.early_stop_rv, args.early_stop_val)
     start = 0
-    ckpt = runlog.load_checkpoint(run_dir, rank=dist.rank) if args.resume else None
     if ckpt is not None:
         start = ckpt["step"]
         model.load_state_dict(ckpt["model"])
@@ -423,9 +448,11 @@ def main(argv=None) -> Path:
         for k, st in ckpt["emas"].items():
             emas[k] = mi_proxy.ZScoreEMA()
             emas[k].load_state_dict(st)
-        stopper = EarlyStop(**ckpt["early_stop"])
+        for k in ("empty_streak", "rv_history", "low_val_streak"):       # limits come from the current flags
+            setattr(stopper, k, ckpt["early_stop"][k])
         runlog.set_rng_state(ckpt["rng"])
-        log.truncate_after(start - 1)
+    if args.resume:
+        log.truncate_after(start - 1 if ckpt is not None else -2)     # no checkpoint: start over from scratch
     rcfg = rollout.RolloutConfig(env=args.env, env_options=json.loads(args.env_options),
                                  max_turns=args.max_turns or None, max_new_tokens=args.max_new_tokens,
                                  temperature=args.temperature, top_p=args.top_p_sampling, think=args.think,
@@ -444,15 +471,16 @@ def main(argv=None) -> Path:
             m, t0 = {}, time.perf_counter()
             torch.manual_seed(step_seed(args.seed, step, dist.rank))
             # 1. rollout (+ DAPO dynamic sampling)
-            local, R, owner, rm = collect(step, model, tok, args, rcfg, dist)
+            local, first, R, owner, rm = collect(step, model, tok, args, rcfg, dist)
             m.update(rm)
             m["time/rollout"] = time.perf_counter() - t0
-            if flag.set:                                       # Ctrl-C during the rollout: redo this step on resume
+            if dist.any(flag.set):                             # Ctrl-C during the rollout: redo this step on resume
+                flag.set = True
                 break
             # 2. MI proxy on the unfiltered batch (excluded from time/step like the reference's timing)
             if args.mi_every and (step == 0 or (step + 1) % args.mi_every == 0):   # reference: 1-based 1, 5, 10, ...
                 t1 = time.perf_counter()
-                m.update(mi_metrics(step, local, model, frozen, args, emas, dist))
+                m.update(mi_metrics(step, first, model, frozen, args, emas, dist))
                 m["time/mi"] = time.perf_counter() - t1
             # 3. SNR-Aware Filtering: the same decision on every process (R is global)
             stats = None
@@ -472,7 +500,7 @@ def main(argv=None) -> Path:
             reason = stopper.after_step(fres is None or fres.empty, m.get("filter/reward_std_mean", 0.0))
             m["train/empty_streak"] = float(stopper.empty_streak)
             # 7. validation, logging, checkpoint
-            if args.eval_every and args.val_envs and (step + 1) % args.eval_every == 0:
+            if args.eval_every and args.val_envs and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps):
                 t3 = time.perf_counter()
                 m.update(evaluate(model, tok, args, rcfg, dist))
                 m["time/eval"] = time.perf_counter() - t3
@@ -482,12 +510,14 @@ def main(argv=None) -> Path:
                 m[f"early_stopped/{reason}"] = 1.0
             log.log(step, m)
             if dist.main:
-                log.log_samples(step, sample_records(local, args.log_samples))
+                log.log_samples(step, sample_records(first, args.log_samples))
                 acc.log(m, step=step) if args.trackers else None
                 bar.set_postfix({"s/step": f"{m['time/step']:.0f}", "R": f"{m['rollout/return']:.2f}",
                                  "succ": f"{m['rollout/success']:.2f}", "kept": f"{m.get('filter/kept_frac', 0):.2f}",
                                  **({"MI": f"{m['mi_first_turn/mi_estimate']:.3f}"}
                                     if "mi_first_turn/mi_estimate" in m else {})})
+            if dist.any(flag.set):
+                flag.set = True
             if reason or flag.set:
                 stop_reason, step = reason, step + 1
                 break

@@ -87,7 +87,8 @@ EXPERIMENTS = {
 SCALES = {
     "cpu": ["--model", "smollm2-135m", "--env", "bandit", "--groups", "4", "--group-size", "4", "--steps", "20",
             "--max-new-tokens", "48", "--mini-batch", "16", "--lr", "1e-5", "--eval-every", "5", "--val-envs", "32",
-            "--mi-every", "5", "--mi-samples", "16", "--save-every", "5"],
+            "--mi-every", "5", "--mi-samples", "16", "--save-every", "5", "--temperature", "0.7",
+            "--filter-eps", "0", "--early-stop-empty", "0"],   # why: the comment on PRESETS["demo"] in config.py
     "paper": ["--preset", "paper"],
 }
 

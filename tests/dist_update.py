@@ -1,7 +1,8 @@
-"""Helper for tests/test_train.py: one PPO update (critic, KL, entropy, global whitening, mini-batches that span
-processes) on a fixed scripted global batch of 2 groups x 4 trajectories, run under
-`torchrun --nproc_per_node {1,2} tests/dist_update.py OUT`; rank 0 saves the updated parameters to OUT.
-With 2 processes each process owns one group; the result must equal the single-process update."""
+"""Helper for tests/test_train.py: PPO updates (critic, KL, entropy, global whitening, mini-batches that span
+processes) on a fixed scripted global batch, run under `torchrun --nproc_per_node {1,2} tests/dist_update.py OUT
+MODE`; rank 0 saves the updated parameters to OUT. With 2 processes each process owns one group; the result must
+equal the single-process update. MODE "all": 2 groups, no filter. MODE "filtered": 4 groups and the paper's
+top-p filter, which drops both groups of process 1 in the first update (it then holds no kept trajectory)."""
 import copy
 import sys
 
@@ -19,19 +20,25 @@ dist = train.Dist(acc)
 model, tok = policy.load("tiny", seed=0)
 init = {k: v.clone() for k, v in model.state_dict().items()}
 ref = copy.deepcopy(model).requires_grad_(False)
-args, _ = config.resolve(["--model", "tiny", "--algo", "ppo", "--groups", "2", "--group-size", "4", "--filter", "none",
-                          "--mini-batch", "3", "--micro-batch", "1", "--lr", "1e-3", "--critic-lr", "1e-3",
-                          "--entropy-coef", "0.01", "--kl-coef", "0.01", "--no-bf16"])
+mode = sys.argv[2]
 groups = [[(" Left", 1.0), (" Right", 0.0), (" Up", 0.5), (" Left please", 1.0)],
           [(" Down", 0.2), (" Right", 0.0), (" Left Left", 0.7), (" Up", 0.1)]]
+if mode == "filtered":      # groups 2, 3 (process 1's half) have zero RV: the filter drops them
+    groups += [[(" Up", 0.3)] * 4, [(" Down", -0.1), (" Left", -0.1), (" Up", -0.1), (" Right", -0.1)]]
+args, _ = config.resolve(["--model", "tiny", "--algo", "ppo", "--groups", str(len(groups)), "--group-size", "4",
+                          "--filter", "none" if mode == "all" else "top_p", "--mini-batch", "3", "--micro-batch", "1",
+                          "--lr", "1e-3", "--critic-lr", "1e-3", "--entropy-coef", "0.01", "--kl-coef", "0.01",
+                          "--no-bf16"])
 trajs, R = scripted_batch(tok, groups)
-owner = torch.arange(2) * dist.world // 2                          # W=1: [0, 0]; W=2: [0, 1]
+P = len(groups)
+owner = torch.arange(P) * dist.world // P                          # W=1: all 0; W=2: first half 0, second 1
 local = [t for t in trajs if int(owner[t.group]) == dist.rank]
 critic = policy.make_critic(model)
 opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 copt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)
 for _ in range(2):
     fres = rvfilter.apply_filter(R, config.filter_config(args))
+    assert mode == "all" or fres.kept_groups.tolist() == [0, 1]
     batch = train.prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist)
     train.update(model, critic, opt, copt, batch, args, dist)
 if dist.main:

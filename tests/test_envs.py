@@ -435,7 +435,7 @@ def test_bandit_arms_payouts_and_success():
     orders, high_pay = set(), []
     for seed in range(2000):
         env = make_env("bandit")
-        obs = env.reset(seed)
+        env.reset(seed)
         assert (env.low, env.high) in pairs and set(env.action_names) == {env.low, env.high}
         orders.add(env.action_names[0] == env.low)
         arm = env.high if seed % 2 else env.low.upper()            # case-insensitive

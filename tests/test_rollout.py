@@ -74,6 +74,16 @@ def run(tiny, script, seeds=(7,), G=1, env_kw=None, **cfg_kw):
     return trajs, policy_fn
 
 
+def assert_logp_matches_sampling(model, tok, trajs, atol):
+    """Log-probs recomputed on the training tensors equal the sampling log-probs (no re-tokenisation drift)."""
+    t = rollout.to_tensors(trajs, pad_id=tok.pad_token_id)
+    with torch.no_grad():
+        logp, _ = policy.token_logprobs(model, t["input_ids"], t["attention_mask"], t["loss_mask"])
+    for b, tr in enumerate(trajs):
+        sampled = torch.tensor([x for turn in tr.turns for x in turn.gen_logp])
+        assert torch.allclose(logp[b][t["loss_mask"][b] == 1], sampled, atol=atol)
+
+
 def check_invariants(tr, tok, think=True, z_tokens="sampled"):
     """Token-level facts every trajectory must satisfy."""
     dec = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
@@ -285,12 +295,7 @@ def test_tiny_model_rollout_logprobs_have_no_drift(tiny):
     for tr in trajs:
         check_invariants(tr, tok)
         assert [len(t.gen_ids) for t in tr.turns] == [8, 8] and tr.ret == pytest.approx(-0.2)
-    t = rollout.to_tensors(trajs, pad_id=tok.pad_token_id)
-    with torch.no_grad():
-        logp, _ = policy.token_logprobs(model, t["input_ids"], t["attention_mask"], t["loss_mask"])
-    for b, tr in enumerate(trajs):
-        sampled = torch.tensor([x for turn in tr.turns for x in turn.gen_logp])
-        assert torch.allclose(logp[b][t["loss_mask"][b] == 1], sampled, atol=1e-4)
+    assert_logp_matches_sampling(model, tok, trajs, atol=1e-4)
     torch.manual_seed(0)
     again = rollout.rollout(model, tok, cfg, [10, 11], 2)
     assert [tr.input_ids for tr in again] == [tr.input_ids for tr in trajs]  # seeded -> reproducible
@@ -313,11 +318,6 @@ def test_smollm2_rollout_two_envs_two_turns():
     for tr in trajs:
         check_invariants(tr, tok)
         assert 1 <= len(tr.turns) <= 2 and all(1 <= len(t.gen_ids) <= 48 for t in tr.turns)
-    t = rollout.to_tensors(trajs, pad_id=tok.pad_token_id)
-    with torch.no_grad():
-        logp, _ = policy.token_logprobs(model, t["input_ids"], t["attention_mask"], t["loss_mask"])
-    for b, tr in enumerate(trajs):
-        sampled = torch.tensor([x for turn in tr.turns for x in turn.gen_logp])
-        assert torch.allclose(logp[b][t["loss_mask"][b] == 1], sampled, atol=1e-3)
+    assert_logp_matches_sampling(model, tok, trajs, atol=1e-3)
     m = rollout.rollout_metrics(trajs)
     assert 0 <= m["format_ok_rate"] <= 1 and m["num_trajectories"] == 2

@@ -160,13 +160,14 @@ def test_smoke_run_of_demo_settings_writes_everything(tmp_path):
 
 # ------------------------------------------------------------------------------------------------- distributed
 @pytest.mark.slow
-def test_two_processes_give_the_same_update_as_one(tmp_path):
+@pytest.mark.parametrize("mode", ["all", "filtered"])
+def test_two_processes_give_the_same_update_as_one(tmp_path, mode):
     script = ROOT / "tests" / "dist_update.py"
     outs = {}
     for n in (1, 2):
         out = tmp_path / f"p{n}.pt"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n), "--master_port",
-               str(29500 + n), str(script), str(out)]
+               str(29500 + n + (10 if mode == "filtered" else 0)), str(script), str(out), mode]
         res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
         assert res.returncode == 0, res.stderr[-3000:]
@@ -207,3 +208,38 @@ def test_old_logprobs_use_the_update_micro_batches():
         with torch.no_grad():
             lp, _ = policy.token_logprobs(model, *(batch[k][r] for k in ("input_ids", "attention_mask", "loss_mask")))
         assert torch.equal(lp, batch["old_logp"][r])
+
+
+def test_global_whitening_matches_algos_whiten_and_stays_finite():
+    import algos
+    dist = train.Dist(OneProcess())
+    g = torch.Generator().manual_seed(0)
+    mask = (torch.rand(5, 9, generator=g) > 0.3).long()
+    adv = torch.randn(5, 9, generator=g) * 3 + 1
+    assert torch.allclose(train.whiten_global(adv, mask, dist), algos.whiten(adv, mask) * mask, atol=1e-6)
+    const = torch.full((64, 300), 10.9)          # PPO's first step with a zero value head and equal returns
+    out = train.whiten_global(const, torch.ones(64, 300, dtype=torch.long), dist)
+    assert torch.isfinite(out).all() and out.abs().max() < 1e-3
+    with pytest.raises(ValueError, match="2 generated tokens"):
+        train.whiten_global(adv[:1, :1], mask[:1, :1] * 0 + 1, dist)
+
+
+def test_filter_none_works_with_single_rollout_groups():
+    import filter as rvfilter
+    a, _ = config.resolve(["--algo", "ppo", "--group-size", "1", "--filter", "none"])
+    res = rvfilter.apply_filter(torch.tensor([[0.5], [1.0]]), config.filter_config(a))
+    assert res.kept_traj.tolist() == [0, 1]
+
+
+def test_resume_edge_cases(tmp_path):
+    common = ["--env", "bandit", "--filter", "none", "--eval-every", "0", "--mi-every", "0", "--save-every", "0"]
+    d = run(tmp_path, "r", *common, "--steps", "2")
+    with pytest.raises(ValueError, match="--steps 1"):
+        train.main(["--resume", str(d), "--steps", "1", "--no-progress"])
+    # a run killed before its first checkpoint: resuming starts over instead of appending to its old log
+    import shutil
+    shutil.rmtree(d / "checkpoints")
+    train.main(["--resume", str(d), "--no-progress"])
+    assert [r["step"] for r in runlog.read_metrics(d)] == [0, 1]
+    cfg = json.loads((d / "config.json").read_text())
+    assert len(cfg["earlier_invocations"]) == 1 and (d / "finished.json").exists()
