@@ -187,6 +187,12 @@ def agg_loss(x: torch.Tensor, mask: torch.Tensor, mode: str, *, norm_len: float 
     return (seq_sum * has).sum() / n_seq / norm_len
 
 
+def agg_count(mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """The normaliser behind agg_loss: tokens (token-mean) or sequences with >= 1 token (seq-mean-*). Callers
+    that split a batch into micro-batches weight each micro-batch's agg_loss by its agg_count / the total."""
+    return mask.sum() if mode == "token-mean" else (mask.sum(1) > 0).sum()
+
+
 # ----------------------------------------------------------------------------------- policy loss
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip_low: float,
                       clip_high: float, clip_c: float | None = 3.0) -> torch.Tensor:

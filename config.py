@@ -111,6 +111,12 @@ class Args:
     mi_scorer: str = flag("policy", "score with the current policy, a frozen copy of the initial model, or both", "mi",
                           ["policy", "frozen", "both"])
     mi_null: int = flag(0, "permutation-null shuffles per MI computation (0 = off)", "mi")
+    # --- gradient analysis (snr.py, paper Fig. 3) --------------------------------------------------------------
+    grad_analysis_every: int = flag(0, "task/entropy/KL gradient norms per RV bucket of the unfiltered batch at step 0 "
+                                    "and every N steps (before the update; costs ~2 extra forward+backward passes); 0 = off", "snr")
+    grad_buckets: int = flag(6, "RV buckets for the gradient analysis (reference: 6)", "snr")
+    grad_bucket_mode: str = flag("quantile", "quantile (equal counts) | fixed_rv (reward-std intervals of width 1)", "snr",
+                                 ["quantile", "fixed_rv"])
     # --- validation and early stops ----------------------------------------------------------------------------
     val_envs: int = flag(64, "validation envs (fixed seeds val_seed + i, group size 1; paper 512)", "eval")
     val_seed: int = flag(123, "first validation seed", "eval")
@@ -255,6 +261,11 @@ def validate(a: Args) -> None:
         bad("mi_samples", "the MI proxy needs >= 2 pairs")
     if a.mi_null < 0:
         bad("mi_null", "must be >= 0")
+    if a.grad_analysis_every < 0 or a.grad_buckets < 1:
+        bad("grad_analysis_every", f"need grad_analysis_every >= 0 and grad_buckets >= 1, got {a.grad_analysis_every}, "
+                                   f"{a.grad_buckets}")
+    if a.grad_analysis_every and a.group_size < 2:
+        bad("grad_analysis_every", f"RV buckets need --group-size >= 2, got {a.group_size}")
     if a.val_envs < 0 or a.eval_every < 0 or a.save_every < 0:
         bad("eval_every", "val_envs, eval_every, save_every must be >= 0")
     if not 0 <= a.filter_quartile <= 4:

@@ -47,6 +47,7 @@ import policy
 import report
 import rollout
 import runlog
+import snr
 
 
 # ------------------------------------------------------------------------------------------ distributed helpers
@@ -215,11 +216,6 @@ def whiten_global(adv: torch.Tensor, mask: torch.Tensor, dist: Dist) -> torch.Te
     return ((a - mean) * torch.rsqrt(var + 1e-8) * m).to(adv.dtype)
 
 
-def agg_count(mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """The normaliser behind algos.agg_loss: tokens (token-mean) or sequences with >= 1 token (seq-mean-*)."""
-    return mask.sum() if mode == "token-mean" else (mask.sum(1) > 0).sum()
-
-
 def plan(batch, args, dist: Dist) -> list:
     """Mini-batches cut from the GLOBAL kept order (so the update is the same for any number of processes), each
     as (global normaliser, [local micro-batch row indices]). The old-log-prob pass uses the same micro-batches,
@@ -227,7 +223,7 @@ def plan(batch, args, dist: Dist) -> list:
     PPO ratio at exactly 1)."""
     agg = args.loss_agg
     counts = dict(zip(dist.gather(batch["gidx"].tolist()),
-                      dist.gather([float(agg_count(m[None], agg)) for m in batch["loss_mask"]])))
+                      dist.gather([float(algos.agg_count(m[None], agg)) for m in batch["loss_mask"]])))
     pos = {g: i for i, g in enumerate(batch["gidx"].tolist())}          # global id -> local row
     order = sorted(counts)                                             # global kept trajectory ids
     out = []
@@ -251,7 +247,7 @@ def update(model, critic, opt, copt, batch, args, dist: Dist) -> dict:
         for denom, micros in batch["plan"]:
             for r in micros:
                 ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
-                share = float(agg_count(mask, agg)) / denom           # micro-batch's part of the global normaliser
+                share = float(algos.agg_count(mask, agg)) / denom           # micro-batch's part of the global normaliser
                 with policy.autocast(dev, enabled=None if args.bf16 else False):
                     logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True,
                                                       temperature=args.temperature)
@@ -355,6 +351,13 @@ def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist: Di
     return batch
 
 
+def grad_analysis(local, R, owner, model, critic, frozen, tok, args, dist: Dist) -> dict:
+    """snr.bucket_report on the whole (unfiltered) batch with plain advantages (see snr.py for why)."""
+    fall = rvfilter.apply_filter(R, rvfilter.FilterConfig(strategy="none"))
+    batch = prepare_batch(local, R, owner, fall, model, critic, frozen if args.kl_coef > 0 else None, tok, args, dist)
+    return snr.bucket_report(model, batch, R, args, dist, args.grad_buckets, args.grad_bucket_mode)
+
+
 # ------------------------------------------------------------------------------------------------- validation
 @torch.no_grad()
 def evaluate(model, tok, args, rcfg, dist: Dist) -> dict:
@@ -405,6 +408,14 @@ def save(run_dir, step, model, critic, opt, copt, emas, stopper, dist: Dist) -> 
 
 
 # ------------------------------------------------------------------------------------------------------- main
+def rollout_config(args) -> rollout.RolloutConfig:
+    return rollout.RolloutConfig(env=args.env, env_options=json.loads(args.env_options),
+                                 max_turns=args.max_turns or None, max_new_tokens=args.max_new_tokens,
+                                 temperature=args.temperature, top_p=args.top_p_sampling, think=args.think,
+                                 format_penalty=args.format_penalty, max_context=args.max_context,
+                                 bf16=None if args.bf16 else False, val_temperature=args.val_temperature)
+
+
 def main(argv=None) -> Path:
     args, _ = config.resolve(argv)
     from accelerate import Accelerator
@@ -453,11 +464,7 @@ def main(argv=None) -> Path:
         runlog.set_rng_state(ckpt["rng"])
     if args.resume:
         log.truncate_after(start - 1 if ckpt is not None else -2)     # no checkpoint: start over from scratch
-    rcfg = rollout.RolloutConfig(env=args.env, env_options=json.loads(args.env_options),
-                                 max_turns=args.max_turns or None, max_new_tokens=args.max_new_tokens,
-                                 temperature=args.temperature, top_p=args.top_p_sampling, think=args.think,
-                                 format_penalty=args.format_penalty, max_context=args.max_context,
-                                 bf16=None if args.bf16 else False, val_temperature=args.val_temperature)
+    rcfg = rollout_config(args)
     fcfg = config.filter_config(args)
 
     from tqdm import tqdm
@@ -488,6 +495,11 @@ def main(argv=None) -> Path:
                 stats = traj_statistic(local, R, owner, model, args, dist)
             fres = rvfilter.apply_filter(R, fcfg, stats) if len(R) else None
             m.update(fres.metrics if fres else {"filter/empty": 1.0})
+            # (optional) paper Fig. 3: gradient norms per RV bucket of the unfiltered batch, before the update
+            if args.grad_analysis_every and step % args.grad_analysis_every == 0 and len(R):
+                t4 = time.perf_counter()
+                m.update(grad_analysis(local, R, owner, model, critic, frozen, tok, args, dist))
+                m["time/grad_analysis"] = time.perf_counter() - t4
             # 4-6. tensors, old log-probs, advantages, updates
             t2 = time.perf_counter()
             if fres is not None and not fres.empty:
@@ -505,7 +517,8 @@ def main(argv=None) -> Path:
                 m.update(evaluate(model, tok, args, rcfg, dist))
                 m["time/eval"] = time.perf_counter() - t3
                 reason = reason or stopper.after_eval(m.get("val/success", 1.0))
-            m["time/step"] = time.perf_counter() - t0 - m.get("time/mi", 0.0) - m.get("time/eval", 0.0)
+            m["time/step"] = (time.perf_counter() - t0 - m.get("time/mi", 0.0) - m.get("time/eval", 0.0)
+                              - m.get("time/grad_analysis", 0.0))
             if reason:
                 m[f"early_stopped/{reason}"] = 1.0
             log.log(step, m)

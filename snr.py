@@ -1,0 +1,258 @@
+"""Gradient decomposition per reward-variance bucket: task vs entropy vs KL gradient norms (paper §3.3, Fig. 3).
+
+The SNR argument (paper §3, Theorems 1-2) says the task gradient of a prompt scales with sqrt(RV) while the
+regularisers (KL, entropy) do not depend on the reward at all, so low-RV prompts contribute gradients dominated by
+input-agnostic terms. Figure 3 shows it on a real batch: groups are bucketed by RV and, per bucket, the norm of
+each loss component's gradient is measured separately,
+
+    g_task = ∇ L_pg,   g_ent = ∇(−β_H · H),   g_KL = ∇(β_KL · KL),   g_reg = g_ent + g_KL,
+
+expected: ‖g_task‖ rises with the bucket's RV, ‖g_reg‖ stays flat.
+
+What this file implements:
+  split_into_buckets   groups -> `all` + bucket_1..bucket_n (low -> high RV): `quantile` (equal counts, the last
+                       bucket takes the remainder, reference-code §1.10) or `fixed_rv` (reward-std intervals
+                       [0,1), [1,2), ..., [5, inf), designed for Sokoban's reward scale).
+  component_grad_norms one forward per micro-batch, one `torch.autograd.grad` per component (retain_graph), the
+                       component gradients accumulated separately; then the global L2 norm of each. No optimizer
+                       step, the model's .grad is left untouched.
+  bucket_report        all buckets of one training batch -> a flat metrics dict (train.py logs it under grad/).
+  main                 a probe: `python snr.py [train.py flags] [--buckets 6] [--from-run runs/<name>]` rolls out
+                       one batch, prints the table, saves a figure.
+
+Deliberate differences from the official code (README "paper vs code"):
+  * every bucket's loss is normalised by the bucket's OWN token/sequence count, so norms are comparable across
+    buckets of different sizes. The reference divides by the nominal mini-batch accumulation count, which makes a
+    small bucket's raw norm shrink with its size (reference-code §4 "subtlety"); its per-sample norms are our
+    norms divided by the bucket's trajectory count, logged as `per_traj` so both readings are available.
+  * the analysed batch is the UNFILTERED batch with plain advantages (no soft reweighting / loss scaling): the
+    figure is about every prompt's gradient, and a filter would remove the low-RV buckets it is meant to show.
+    The reference analyses the filtered batch by default (`gradient_analysis_log_prefilter` adds the unfiltered one).
+  * at the analysis point the policy equals the sampling policy (ratio 1), so g_task is the plain
+    advantage-weighted score function; we compute it through the same clipped surrogate as training.
+
+Leaves out: the separate analysis-only rollout shape of the reference (run the probe with other --groups instead)
+and the reference's truncation of buckets to multiples of the GPU count (not needed: we reduce exactly).
+
+Run:  python snr.py --model tiny --env bandit --algo grpo --groups 12 --group-size 4      (seconds)
+      python snr.py --env bandit --algo grpo --groups 12 --group-size 8 --temperature 0.7 (SmolLM2, minutes)
+      python snr.py --from-run runs/demo-<date> --step 8 --plot fig3.png       (a trained policy, its flags)
+      python train.py ... --grad-analysis-every 20 [--grad-buckets 6 --grad-bucket-mode quantile]  (inside a run)
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+import algos
+import policy
+
+BUCKET_MODES = ("quantile", "fixed_rv")
+FIXED_RV_EDGES = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)        # reward-std units; last bucket is [5, inf)
+COMPONENTS = ("task", "entropy", "kl")
+
+
+def split_into_buckets(std: torch.Tensor, n_buckets: int = 6, mode: str = "quantile") -> list[tuple[str, list[int]]]:
+    """Group indices per bucket, `all` first, then bucket_1 (lowest RV) .. bucket_n; empty buckets omitted.
+
+    std (P,): each group's reward std (the reference buckets by std; quantile buckets are the same for variance).
+    quantile: sort ascending (ties: lower group index first), nb = min(n_buckets, P), per = P // nb; bucket b gets
+    `per` groups and the last one also the remainder: 8 groups, 6 buckets -> sizes 1, 1, 1, 1, 1, 3.
+    """
+    if mode not in BUCKET_MODES:
+        raise ValueError(f"bucket mode must be one of {', '.join(BUCKET_MODES)}, got {mode!r}")
+    if n_buckets < 1:
+        raise ValueError(f"n_buckets must be >= 1, got {n_buckets}")
+    std = torch.as_tensor(std, dtype=torch.float64).reshape(-1)
+    P = len(std)
+    out = [("all", list(range(P)))]
+    if P == 0:
+        return out
+    if mode == "quantile":
+        order = torch.sort(std, stable=True).indices.tolist()
+        nb = min(n_buckets, P)
+        per = P // nb
+        for b in range(nb):
+            members = order[b * per:(b + 1) * per] if b < nb - 1 else order[b * per:]
+            out.append((f"bucket_{b + 1}", sorted(members)))
+    else:
+        edges = list(FIXED_RV_EDGES) + [math.inf]
+        for b in range(len(FIXED_RV_EDGES)):
+            members = [g for g in range(P) if edges[b] <= float(std[g]) < edges[b + 1]]
+            if members:
+                out.append((f"bucket_{b + 1}", members))
+    return out
+
+
+def component_losses(logp, ent, batch, r, args) -> dict[str, torch.Tensor]:
+    """The loss terms of train.update for micro-batch rows r, each WITH its coefficient and sign, unnormalised
+    over micro-batches (the caller weights them by their share of the bucket's normaliser)."""
+    dev = logp.device
+    mask = batch["loss_mask"][r].to(dev)
+    out = {"task": algos.policy_loss(logp, batch["old_logp"][r].to(dev), batch["adv"][r].to(dev), mask,
+                                     args.clip_low, args.clip_high, args.loss_agg, args.clip_c,
+                                     norm_len=args.max_new_tokens)}
+    if args.entropy_coef > 0:
+        out["entropy"] = -args.entropy_coef * algos.entropy_bonus(ent, mask, args.loss_agg, norm_len=args.max_new_tokens)
+    if args.kl_coef > 0:
+        kl = algos.kl_term(logp, batch["ref_logp"][r].to(dev), args.kl_kind)
+        out["kl"] = args.kl_coef * algos.agg_loss(kl, mask, args.loss_agg, norm_len=args.max_new_tokens)
+    return out
+
+
+def component_grad_norms(model, batch, rows: list[int], args, dist) -> dict[str, float]:
+    """‖∇‖ of each loss component over the local `rows` of `batch` (all processes together: `dist` sums the
+    normaliser and the gradients). The loss of each component is aggregated over the bucket exactly as
+    train.update aggregates a mini-batch. Returns {task, entropy, kl (those switched on), reg = ‖g_ent + g_kl‖}."""
+    dev = next(model.parameters()).device
+    params = [p for p in model.parameters() if p.requires_grad]
+    rows_t = torch.tensor(rows, dtype=torch.long)
+    denom = float(dist.sum_(torch.tensor([float(algos.agg_count(batch["loss_mask"][rows_t], args.loss_agg))],
+                                         dtype=torch.float64))[0])          # the bucket's global normaliser
+    names = [c for c in COMPONENTS if c == "task" or (c == "entropy" and args.entropy_coef > 0)
+             or (c == "kl" and args.kl_coef > 0)]
+    grads = {c: [torch.zeros_like(p) for p in params] for c in names}       # fp32, like the parameters
+    was_training = model.training
+    model.train()
+    for s in range(0, len(rows), args.micro_batch):
+        r = rows_t[s:s + args.micro_batch]
+        ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
+        share = float(algos.agg_count(mask, args.loss_agg)) / max(denom, 1.0)
+        with policy.autocast(dev, enabled=None if args.bf16 else False):
+            logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True, temperature=args.temperature)
+        losses = component_losses(logp, ent, batch, r, args)
+        for i, c in enumerate(names):
+            gs = torch.autograd.grad(losses[c] * share, params, retain_graph=i < len(names) - 1, allow_unused=True)
+            for acc, g in zip(grads[c], gs):
+                if g is not None:
+                    acc += g
+    model.train(was_training)
+    out = {}
+    for c in names:
+        for g in grads[c]:
+            dist.sum_(g)
+        out[c] = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads[c]])))
+    reg = [c for c in names if c != "task"]
+    if reg:
+        total = [sum(grads[c][i] for c in reg) for i in range(len(params))]
+        out["reg"] = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in total])))
+    return out
+
+
+def bucket_report(model, batch, R: torch.Tensor, args, dist, n_buckets: int = 6, mode: str = "quantile") -> dict:
+    """Every bucket of the batch (rows carry global trajectory ids batch["gidx"] = group * G + member).
+    R (P, G) returns. Keys: grad/<bucket>/{task,entropy,kl,reg,task_over_reg,per_traj_task,groups,trajs,
+    rv_mean,std_mean}."""
+    G = R.shape[1]
+    std = R.std(dim=1)                                                          # (P,) unbiased, as the filter
+    group_of_row = (batch["gidx"] // G).tolist()
+    out = {}
+    for name, groups in split_into_buckets(std, n_buckets, mode):
+        members = set(groups)
+        rows = [i for i, g in enumerate(group_of_row) if g in members]
+        norms = component_grad_norms(model, batch, rows, args, dist)
+        pre = f"grad/{name}/"
+        out.update({pre + k: v for k, v in norms.items()})
+        if "reg" in norms:
+            out[pre + "task_over_reg"] = norms["task"] / max(norms["reg"], 1e-12)
+        out[pre + "per_traj_task"] = norms["task"] / (len(groups) * G)
+        out[pre + "groups"] = float(len(groups))
+        out[pre + "trajs"] = float(len(groups) * G)
+        out[pre + "rv_mean"] = float((std[groups] ** 2).mean())
+        out[pre + "std_mean"] = float(std[groups].mean())
+    return out
+
+
+def report_table(m: dict) -> str:
+    """Markdown table of a bucket_report dict."""
+    names = sorted({k.split("/")[1] for k in m}, key=lambda b: (b != "all", int(b.split("_")[1]) if "_" in b else 0))
+    cols = ["groups", "std_mean", "rv_mean", "task", "entropy", "kl", "reg", "task_over_reg"]
+    lines = ["| bucket | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for b in names:
+        cells = [f"{m[f'grad/{b}/{c}']:.4g}" if f"grad/{b}/{c}" in m else "-" for c in cols]
+        lines.append(f"| {b} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_buckets(m: dict, path) -> None:
+    """Fig. 3 in the paper's layout: norms per bucket against the bucket's mean reward std."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = sorted({k.split("/")[1] for k in m if k.split("/")[1] != "all"}, key=lambda b: int(b.split("_")[1]))
+    x = [m[f"grad/{b}/std_mean"] for b in names]
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
+    ax[0].plot(x, [m[f"grad/{b}/task"] for b in names], "o-", label="‖g_task‖")
+    ax[0].set_title("task gradient")
+    for c, style in (("reg", "o-"), ("entropy", "s--"), ("kl", "^--")):
+        if f"grad/{names[0]}/{c}" in m:
+            ax[1].plot(x, [m[f"grad/{b}/{c}"] for b in names], style, label=f"‖g_{c}‖")
+    ax[1].set_title("regulariser gradients")
+    for a in ax:
+        a.set_xlabel("bucket mean reward std")
+        a.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> dict:
+    """Probe: one rollout batch with the given train.py flags (policy from --from-run's checkpoint if given),
+    all groups unfiltered, bucket table printed and Fig. 3 saved."""
+    ap = argparse.ArgumentParser(prog="snr.py", description=__doc__.split("\n")[0],
+                                 epilog="every other flag is a train.py flag (python train.py --help)")
+    ap.add_argument("--from-run", default="", help="the policy (and critic) of this run's last checkpoint, and the "
+                    "run's config.json for every train.py flag not given here")
+    ap.add_argument("--step", type=int, default=0, help="rollout seeds of this training step [0]")
+    ap.add_argument("--plot", default="snr_buckets.png", help="figure path ('' = none) [snr_buckets.png]")
+    own, rest = ap.parse_known_args(argv)
+    from pathlib import Path
+
+    import config
+    import filter as rvfilter
+    import runlog
+    import train
+    from accelerate import Accelerator
+    import dataclasses
+    args, explicit = config.resolve(rest)
+    if own.from_run:
+        values = {**runlog.load_config(own.from_run), **explicit}
+        args = config.Args(**{f.name: values[f.name] for f in dataclasses.fields(config.Args) if f.name in values})
+        config.validate(args)
+    if args.group_size < 2:
+        raise ValueError(f"--group-size: RV buckets need G >= 2, got {args.group_size}")
+    acc = Accelerator(cpu=args.cpu)
+    dist = train.Dist(acc)
+    train.check_world(args, dist)
+    torch.manual_seed(args.seed)
+    model, tok = policy.load(args.model, device=acc.device, seed=args.seed)
+    critic = policy.make_critic(model) if args.adv == "gae" else None
+    if own.from_run:
+        ckpt = runlog.load_checkpoint(Path(own.from_run), rank=dist.rank)
+        if ckpt is None:
+            raise ValueError(f"--from-run: no checkpoint in {own.from_run}/checkpoints/last")
+        model.load_state_dict(ckpt["model"])
+        if critic is not None and ckpt["critic"] is not None:
+            critic.load_state_dict(ckpt["critic"])
+    model.eval()
+    ref = None
+    if args.kl_coef > 0:
+        import copy
+        ref = copy.deepcopy(model).requires_grad_(False)
+    rcfg = train.rollout_config(args)
+    torch.manual_seed(train.step_seed(args.seed, own.step, dist.rank))
+    local, _, R, owner, _ = train.collect(own.step, model, tok, args, rcfg, dist)
+    fres = rvfilter.apply_filter(R, rvfilter.FilterConfig(strategy="none"))
+    batch = train.prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist)
+    m = bucket_report(model, batch, R, args, dist, args.grad_buckets, args.grad_bucket_mode)
+    if dist.main:
+        print(report_table(m))
+        if own.plot:
+            plot_buckets(m, own.plot)
+    return m
+
+
+if __name__ == "__main__":
+    main()
