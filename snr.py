@@ -229,6 +229,10 @@ def main(argv=None) -> dict:
     torch.manual_seed(args.seed)
     model, tok = policy.load(args.model, device=acc.device, seed=args.seed)
     critic = policy.make_critic(model) if args.adv == "gae" else None
+    ref = None
+    if args.kl_coef > 0:                      # KL to the INITIAL model, as in training (copied before loading)
+        import copy
+        ref = copy.deepcopy(model).eval().requires_grad_(False)
     if own.from_run:
         ckpt = runlog.load_checkpoint(Path(own.from_run), rank=dist.rank)
         if ckpt is None:
@@ -237,10 +241,6 @@ def main(argv=None) -> dict:
         if critic is not None and ckpt["critic"] is not None:
             critic.load_state_dict(ckpt["critic"])
     model.eval()
-    ref = None
-    if args.kl_coef > 0:
-        import copy
-        ref = copy.deepcopy(model).requires_grad_(False)
     rcfg = train.rollout_config(args)
     torch.manual_seed(train.step_seed(args.seed, own.step, dist.rank))
     local, _, R, owner, _ = train.collect(own.step, model, tok, args, rcfg, dist)
