@@ -1,4 +1,4 @@
-"""Tests for mi_proxy.py: metrics vs independent loops and the reference's worked examples, EMA, permutation
+"""Tests for mi_proxy.py and mi_metrics.py: metrics vs independent loops and the reference's worked examples, EMA, permutation
 null, pair samplers on hand-built records, and the prefix-cached scorer vs the naive one-forward-per-pair path."""
 import math
 
@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import mi_metrics as mm
 import mi_proxy as mp
 import rollout
 
@@ -59,7 +60,7 @@ def random_batch(rng, M, N, n_sig=None):
 def test_metrics_match_independent_loops(M, N, n_sig, token_marginal):
     rng = np.random.default_rng(M * 100 + N)
     L_tok, L_seq, col, sigs, lengths = random_batch(rng, M, N, n_sig)
-    got = mp.collapse_metrics(torch.tensor(L_tok), torch.tensor(L_seq), col, sigs, token_marginal=token_marginal)
+    got = mm.collapse_metrics(torch.tensor(L_tok), torch.tensor(L_seq), col, sigs, token_marginal=token_marginal)
     want = loop_metrics(L_tok.tolist(), L_seq.tolist(), col.tolist(), sigs, lengths.tolist(), token_marginal)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-9), key
@@ -72,7 +73,7 @@ def test_metrics_match_independent_loops(M, N, n_sig, token_marginal):
                                                                   - got[f"retrieval_chance_level{k}"])
                for k in ("", "@2", "@4", "@8"))
     # explicit lengths give the same numbers as lengths inferred from L_seq / L_tok
-    again = mp.collapse_metrics(L_tok, L_seq, col, sigs, lengths=lengths, token_marginal=token_marginal)
+    again = mm.collapse_metrics(L_tok, L_seq, col, sigs, lengths=lengths, token_marginal=token_marginal)
     assert again == pytest.approx(got)
 
 
@@ -80,7 +81,7 @@ def test_reference_tiny_numeric_check():
     """reference-code.md 2.7 (official per-token marginal; with |z| = 1 the paper's is the same number)."""
     L = np.array([[-1.0, -3.0], [-2.5, -2.0], [-1.2, -1.1], [-4.0, -1.0]])
     for mode in ("code", "paper"):
-        m = mp.collapse_metrics(L, L, [0, 0, 1, 1], token_marginal=mode)
+        m = mm.collapse_metrics(L, L, [0, 0, 1, 1], token_marginal=mode)
         assert m["matched_log_prob_mean"] == pytest.approx(np.mean([-1, -2.5, -1.1, -1]))
         marginal = np.log(np.exp(L).mean(axis=1))
         assert np.round(marginal, 3).tolist() == [-1.566, -2.219, -1.149, -1.645]
@@ -98,28 +99,28 @@ def test_reference_tiny_numeric_check():
 def test_reference_signature_chance_example():
     """reference-code.md 2.6: signatures [A, A, B, C], true columns 0..3 -> chance .375, @2 .75, @4 = @8 = 1."""
     L = -np.arange(16, dtype=float).reshape(4, 4) % 5 - 1
-    m = mp.collapse_metrics(L, L, [0, 1, 2, 3], ["A", "A", "B", "C"])
+    m = mm.collapse_metrics(L, L, [0, 1, 2, 3], ["A", "A", "B", "C"])
     assert m["retrieval_chance_level"] == 0.375
     assert m["retrieval_chance_level@2"] == 0.75
     assert m["retrieval_chance_level@4"] == m["retrieval_chance_level@8"] == 1.0
     # first-turn with 8 distinct prompts: 0.125, 0.25, 0.5, 1.0
     L8 = np.random.default_rng(0).normal(size=(16, 8))
-    m8 = mp.collapse_metrics(L8, L8, np.repeat(np.arange(8), 2))
+    m8 = mm.collapse_metrics(L8, L8, np.repeat(np.arange(8), 2))
     assert [m8[f"retrieval_chance_level{k}"] for k in ("", "@2", "@4", "@8")] == [0.125, 0.25, 0.5, 1.0]
 
 
 def test_duplicate_signatures_count_as_correct():
     # row 0 belongs to column 1, but column 0 holds the same prompt and scores higher: still a hit
     L = np.array([[-1.0, -2.0, -3.0], [-3.0, -2.5, -1.0]])
-    assert mp.collapse_metrics(L, L, [1, 2], [("x",), ("x",), ("y",)])["retrieval_accuracy"] == 1.0
-    assert mp.collapse_metrics(L, L, [1, 2])["retrieval_accuracy"] == 0.5
+    assert mm.collapse_metrics(L, L, [1, 2], [("x",), ("x",), ("y",)])["retrieval_accuracy"] == 1.0
+    assert mm.collapse_metrics(L, L, [1, 2])["retrieval_accuracy"] == 0.5
 
 
 def test_paper_and_code_token_marginals_differ_as_documented():
     rng = np.random.default_rng(1)
     L_tok, L_seq, col, _, lengths = random_batch(rng, 30, 6)
-    paper = mp.collapse_metrics(L_tok, L_seq, col, token_marginal="paper")
-    code = mp.collapse_metrics(L_tok, L_seq, col, token_marginal="code")
+    paper = mm.collapse_metrics(L_tok, L_seq, col, token_marginal="paper")
+    code = mm.collapse_metrics(L_tok, L_seq, col, token_marginal="code")
     M = np.arange(30)
     seq_gap = L_seq[M, col] - np.log(np.exp(L_seq).mean(axis=1))
     assert paper["mi_estimate"] == pytest.approx(np.mean(seq_gap / lengths))       # = mean_i seq term / |z_i|
@@ -131,46 +132,46 @@ def test_paper_and_code_token_marginals_differ_as_documented():
 
 def test_edge_cases_and_bad_input():
     L2 = np.zeros((3, 1))
-    assert mp.collapse_metrics(L2, L2, [0, 0, 0]) == {}                    # N < 2: family skipped, not an error
-    assert mp.collapse_metrics(np.zeros((0, 4)), np.zeros((0, 4)), []) == {}
+    assert mm.collapse_metrics(L2, L2, [0, 0, 0]) == {}                    # N < 2: family skipped, not an error
+    assert mm.collapse_metrics(np.zeros((0, 4)), np.zeros((0, 4)), []) == {}
     L = np.array([[-1.0, -2.0], [-2.0, -1.0]])
-    assert mp.collapse_metrics(L, L, [0, 1])["n_rows"] == 2.0               # N = 2, M = 2 works
+    assert mm.collapse_metrics(L, L, [0, 1])["n_rows"] == 2.0               # N = 2, M = 2 works
     with pytest.raises(ValueError, match="true_col"):
-        mp.collapse_metrics(L, L, [0, 2])
+        mm.collapse_metrics(L, L, [0, 2])
     with pytest.raises(ValueError, match="signatures"):
-        mp.collapse_metrics(L, L, [0, 1], ["a"])
+        mm.collapse_metrics(L, L, [0, 1], ["a"])
     with pytest.raises(ValueError, match="token_marginal"):
-        mp.collapse_metrics(L, L, [0, 1], token_marginal="exact")
+        mm.collapse_metrics(L, L, [0, 1], token_marginal="exact")
     with pytest.raises(ValueError, match="same shape"):
-        mp.collapse_metrics(L, L[:, :1], [0, 1])
+        mm.collapse_metrics(L, L[:, :1], [0, 1])
     with pytest.raises(ValueError, match="NaN"):
-        mp.collapse_metrics(np.full((2, 2), np.nan), L, [0, 1])
+        mm.collapse_metrics(np.full((2, 2), np.nan), L, [0, 1])
     with pytest.raises(ValueError, match="lengths"):                       # L_tok is not L_seq / |z| row-wise
-        mp.collapse_metrics(np.array([[-1.0, -3.0], [-2.0, -1.0]]), np.array([[-2.0, -2.0], [-4.0, -2.0]]), [0, 1])
+        mm.collapse_metrics(np.array([[-1.0, -3.0], [-2.0, -1.0]]), np.array([[-2.0, -2.0], [-4.0, -2.0]]), [0, 1])
 
 
 def test_zscore_ema_init_update_and_state():
-    ema = mp.ZScoreEMA()
+    ema = mm.ZScoreEMA()
     assert (ema.decay, ema.eps) == (0.9, 1e-3)
     assert ema.update("tok", 2.0) == 2.0                                   # initialised to the first value
     assert ema.update("tok", 1.0) == pytest.approx(0.9 * 2.0 + 0.1 * 1.0)
     assert ema.values["seq"] is None                                       # separate stores
     state = ema.state_dict()
-    other = mp.ZScoreEMA(decay=0.5)
+    other = mm.ZScoreEMA(decay=0.5)
     other.load_state_dict(state)
     assert other.update("tok", 0.0) == pytest.approx(0.9 * 1.9) and other.decay == 0.9
     with pytest.raises(ValueError, match="key"):
         ema.update("token", 1.0)
     with pytest.raises(ValueError, match="decay"):
-        mp.ZScoreEMA(decay=1.0)
+        mm.ZScoreEMA(decay=1.0)
 
     rng = np.random.default_rng(2)
-    ema = mp.ZScoreEMA()
+    ema = mm.ZScoreEMA()
     b1, b2 = random_batch(rng, 20, 4), random_batch(rng, 20, 4)
-    m1 = mp.collapse_metrics(*b1[:4], ema=ema)
+    m1 = mm.collapse_metrics(*b1[:4], ema=ema)
     assert m1["marginal_std_ema"] == m1["marginal_std"] and m1["mi_zscore_ema"] == pytest.approx(m1["mi_zscore"])
     assert m1["mi_zscore_ema_seq"] == pytest.approx(m1["mi_zscore_seq"])
-    m2 = mp.collapse_metrics(*b2[:4], ema=ema)
+    m2 = mm.collapse_metrics(*b2[:4], ema=ema)
     s = 0.9 * m1["marginal_std"] + 0.1 * m2["marginal_std"]
     assert m2["marginal_std_ema"] == pytest.approx(s)
     assert m2["mi_zscore_ema"] == pytest.approx(m2["mi_zscore"] * (m2["marginal_std"] + 1e-3) / (s + 1e-3))
@@ -189,7 +190,7 @@ def test_template_collapse_identical_rows_give_chance_and_zero_mi():
     L_seq = np.repeat(a[:, None], P, axis=1)
     col = np.repeat(np.arange(P), G)
     for mode in ("paper", "code"):
-        m = mp.collapse_metrics(L_seq / 20, L_seq, col, lengths=np.full(P * G, 20), token_marginal=mode)
+        m = mm.collapse_metrics(L_seq / 20, L_seq, col, lengths=np.full(P * G, 20), token_marginal=mode)
         assert m["mi_estimate"] == pytest.approx(0.0, abs=1e-12)
         assert m["mi_seq_estimate"] == pytest.approx(0.0, abs=1e-12)
         assert m["retrieval_accuracy"] == m["retrieval_chance_level"] == 1 / P    # ties -> column 0
@@ -205,8 +206,8 @@ def test_null_separates_input_dependent_batch_from_collapse():
     dependent = base + noise + 3.0 * (np.arange(P)[None, :] == col[:, None])   # own prompt scores 3 nats higher
     collapsed = base + noise                                                   # no pairing information at all
     for L, expect_signal in ((dependent, True), (collapsed, False)):
-        obs = mp.collapse_metrics(L, L, col, token_marginal="code")
-        null = mp.permutation_null(L, L, col, None, 200, np.random.default_rng(5), token_marginal="code")
+        obs = mm.collapse_metrics(L, L, col, token_marginal="code")
+        null = mm.permutation_null(L, L, col, None, 200, np.random.default_rng(5), token_marginal="code")
         assert null["null_n_perm"] == 200
         if expect_signal:
             assert obs["retrieval_accuracy"] > 0.8 and obs["mi_seq_estimate"] > 1.0
@@ -224,10 +225,10 @@ def test_null_matches_relabelled_collapse_metrics():
     """Null statistics = collapse_metrics recomputed with each shuffled label vector (same rng stream)."""
     rng = np.random.default_rng(6)
     L_tok, L_seq, col, sigs, lengths = random_batch(rng, 24, 5, n_sig=4)
-    null = mp.permutation_null(L_tok, L_seq, col, sigs, 30, np.random.default_rng(7))
+    null = mm.permutation_null(L_tok, L_seq, col, sigs, 30, np.random.default_rng(7))
     replay = np.random.default_rng(7)
-    runs = [mp.collapse_metrics(L_tok, L_seq, replay.permutation(col), sigs) for _ in range(30)]
-    obs = mp.collapse_metrics(L_tok, L_seq, col, sigs)
+    runs = [mm.collapse_metrics(L_tok, L_seq, replay.permutation(col), sigs) for _ in range(30)]
+    obs = mm.collapse_metrics(L_tok, L_seq, col, sigs)
     for name in ("retrieval_accuracy", "mi_estimate", "mi_seq_estimate"):
         vals = np.array([r[name] for r in runs])
         assert null[f"{name}_null_mean"] == pytest.approx(vals.mean())
@@ -237,18 +238,18 @@ def test_null_matches_relabelled_collapse_metrics():
     # a row shuffle keeps the label multiset, hence the chance level
     assert all(r["retrieval_chance_level"] == obs["retrieval_chance_level"] for r in runs)
     with pytest.raises(ValueError, match="n_perm"):
-        mp.permutation_null(L_tok, L_seq, col, sigs, 0, rng)
+        mm.permutation_null(L_tok, L_seq, col, sigs, 0, rng)
 
 
 def test_group_null_relabels_whole_groups():
     col = np.repeat(np.arange(4), 3)                       # first-turn layout: column = group
-    labels = mp._null_labels(col, col, 50, np.random.default_rng(8))
+    labels = mm._null_labels(col, col, 50, np.random.default_rng(8))
     for row in labels:
         blocks = row.reshape(4, 3)
         assert (blocks == blocks[:, :1]).all()               # a group moves as one block
         assert sorted(blocks[:, 0]) == [0, 1, 2, 3]          # ... to a permutation of the groups
     with pytest.raises(ValueError, match="group_of_row"):
-        mp._null_labels(col, col[:5], 2, np.random.default_rng(0))
+        mm._null_labels(col, col[:5], 2, np.random.default_rng(0))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -398,17 +399,17 @@ def test_mi_report_keys_prefix_and_shared_pairs(tiny):
     first = [ids(rng, 9) for _ in range(3)]                   # one first prompt per group
     trajs = [Traj(g, [T(first[g], ids(rng, 4) if k else []), T(ids(rng, 12), ids(rng, 3))])
              for g in range(3) for k in range(3)]
-    ema = mp.ZScoreEMA()
+    ema = mm.ZScoreEMA()
     pairs = mp.first_turn_pairs(trajs, 64, rng)
     pol = mp.mi_report(tiny, trajs, family="first_turn", num_samples=64, rng=rng, ema=ema, n_perm=20, pairs=pairs)
-    frz = mp.mi_report(tiny, trajs, family="first_turn", num_samples=64, rng=rng, ema=mp.ZScoreEMA(),
+    frz = mp.mi_report(tiny, trajs, family="first_turn", num_samples=64, rng=rng, ema=mm.ZScoreEMA(),
                        scorer_name="frozen", pairs=pairs)
     assert pol["num_total"] == 9 and pol["num_valid"] == 6 and pol["n_cols"] == 3 and pol["n_rows"] == 6
     assert "retrieval_accuracy_null_z" in pol and "mi_zscore_ema" in pol and ema.values["tok"] is not None
     assert frz["frozen/mi_estimate"] == pytest.approx(pol["mi_estimate"])     # same model, same pairs
     assert "mi_estimate" not in frz and frz["num_valid"] == 6
     L_tok, L_seq = mp.cross_log_probs(tiny, pairs.prompts, pairs.reasonings)
-    direct = mp.collapse_metrics(L_tok, L_seq, pairs.true_col, pairs.signatures)
+    direct = mm.collapse_metrics(L_tok, L_seq, pairs.true_col, pairs.signatures)
     assert pol["mi_seq_estimate"] == pytest.approx(direct["mi_seq_estimate"])
     traj = mp.mi_report(tiny, trajs, family="trajectory", num_samples=8, rng=rng, ema=None, null_unit="group",
                         n_perm=5)
@@ -439,11 +440,11 @@ def test_smollm2_proxy_sees_input_dependence_and_template_collapse():
     naive = mp.cross_log_probs(model, x, restated[:2], naive=True)[1]
     L_tok, L_seq = mp.cross_log_probs(model, x, restated, micro_batch=8, prompt_batch=2)
     assert torch.allclose(L_seq[:2], naive, atol=2e-3, rtol=0)               # 30 fp32 layers: ~1e-5 per token
-    dep = mp.collapse_metrics(L_tok, L_seq, col)
-    null = mp.permutation_null(L_tok, L_seq, col, None, 200, np.random.default_rng(0))
+    dep = mm.collapse_metrics(L_tok, L_seq, col)
+    null = mm.permutation_null(L_tok, L_seq, col, None, 200, np.random.default_rng(0))
     assert dep["retrieval_accuracy"] == 1.0 and dep["mi_seq_estimate"] > 0.5 * math.log(4)
     assert null["mi_seq_estimate_null_z"] > 3
     T_tok, T_seq = mp.cross_log_probs(model, x, template)
-    flat = mp.collapse_metrics(T_tok, T_seq, col)
+    flat = mm.collapse_metrics(T_tok, T_seq, col)
     assert flat["mi_seq_estimate"] <= 1e-9                                   # balanced columns: Jensen => <= 0
     assert flat["retrieval_accuracy"] == 0.25                                # every row picks the same column

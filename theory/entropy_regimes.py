@@ -6,7 +6,7 @@ Claims checked (spec/paper.md sections 1, 2.6 and 5 E1):
 * four regimes (Fig. 1): entropy H(Z|X) cannot tell "diverse" from "template collapse" apart, I(X;Z) can;
 * in-batch cross-scoring (v1 Table 1, §2.3): MI-Est / MI-Seq-Est / Retrieval-Acc computed from sampled pairs
   converge to the exact uniform-batch quantities, and to 0 / chance 1/P under collapse.
-The estimators are `mi_proxy.collapse_metrics`, the function the LLM trainer logs, applied to exact
+The estimators are `mi_metrics.collapse_metrics`, the function the LLM trainer logs, applied to exact
 log-probability matrices L[i, j] = log pi(z_i | x_j) of a tabular policy (row = sampled reasoning, column = prompt),
 so the toy checks the very implementation the diagnostic uses.
 
@@ -30,7 +30,7 @@ if __package__ in (None, ""):                      # run as a script: make `theo
 import numpy as np
 
 from theory import toy
-import mi_proxy  # shared estimator: mi_proxy.collapse_metrics (same code as the LLM diagnostic)
+import mi_metrics  # shared estimator: mi_metrics.collapse_metrics (same code as the LLM diagnostic)
 
 NAME = "entropy_regimes"
 REGIMES = ("diverse", "template collapse", "compressed", "low-entropy collapse")
@@ -90,7 +90,7 @@ def sampled_metrics(pi: np.ndarray, G: int, T: int, rng: np.random.Generator, to
     logpi = np.log(pi)                                                       # (P, K) log pi(z | x_j)
     L_seq = logpi[:, z.reshape(P * G, T)].sum(axis=2).T                      # (M = P G, N = P)
     true_col = np.repeat(np.arange(P), G)                                    # row i came from prompt i // G
-    return mi_proxy.collapse_metrics(L_seq / T, L_seq, true_col, lengths=np.full(P * G, T),
+    return mi_metrics.collapse_metrics(L_seq / T, L_seq, true_col, lengths=np.full(P * G, T),
                                      token_marginal=token_marginal)
 
 

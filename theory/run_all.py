@@ -45,7 +45,7 @@ def run_checks(size: str = "full", seed: int = 0, fig_dir=toy.FIG_DIR, only=None
     for check, module in CHECKS:
         if only is not None and check not in only:
             continue
-        # import lazily: E1/E7/E8 pull in torch (mi_proxy, filter); the others need only numpy
+        # import lazily: E1/E7/E8 pull in torch (mi_metrics, filter); the others need only numpy
         main = importlib.import_module(f"theory.{module}").main
         t0 = time.perf_counter()
         result = main(size=size, seed=seed, fig_dir=fig_dir)
