@@ -113,7 +113,8 @@ class Args:
     mi_null: int = flag(0, "permutation-null shuffles per MI computation (0 = off)", "mi")
     # --- gradient analysis (snr.py, paper Fig. 3) --------------------------------------------------------------
     grad_analysis_every: int = flag(0, "task/entropy/KL gradient norms per RV bucket of the unfiltered batch at step 0 "
-                                    "and every N steps (before the update; costs ~2 extra forward+backward passes); 0 = off", "snr")
+                                    "and every N steps (before the update; costs one forward over the batch plus, twice, a forward with up to 3 "
+                                    "backward passes); 0 = off", "snr")
     grad_buckets: int = flag(6, "RV buckets for the gradient analysis (reference: 6)", "snr")
     grad_bucket_mode: str = flag("quantile", "quantile (equal counts) | fixed_rv (reward-std intervals of width 1)", "snr",
                                  ["quantile", "fixed_rv"])

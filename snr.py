@@ -21,15 +21,21 @@ What this file implements:
                        one batch, prints the table, saves a figure.
 
 Deliberate differences from the official code (README "paper vs code"):
-  * every bucket's loss is normalised by the bucket's OWN token/sequence count, so norms are comparable across
-    buckets of different sizes. The reference divides by the nominal mini-batch accumulation count, which makes a
-    small bucket's raw norm shrink with its size (reference-code §4 "subtlety"); its per-sample norms are our
-    norms divided by the bucket's trajectory count, logged as `per_traj` so both readings are available.
-  * the analysed batch is the UNFILTERED batch with plain advantages (no soft reweighting / loss scaling): the
-    figure is about every prompt's gradient, and a filter would remove the low-RV buckets it is meant to show.
-    The reference analyses the filtered batch by default (`gradient_analysis_log_prefilter` adds the unfiltered one).
-  * at the analysis point the policy equals the sampling policy (ratio 1), so g_task is the plain
-    advantage-weighted score function; we compute it through the same clipped surrogate as training.
+  * every bucket's loss is normalised by the bucket's OWN token count (sequence count under the seq-mean-*
+    aggregations), so norms are comparable across buckets of different sizes. The reference divides by the
+    nominal mini-batch accumulation count, which makes a small bucket's raw norm shrink with its size
+    (reference-code §4 "subtlety").
+  * the analysed batch is the UNFILTERED batch with plain advantages (no soft reweighting / loss scaling; under
+    DAPO the first rollout round, before dynamic sampling): the figure is about every prompt's gradient, and a
+    filter would remove the low-RV buckets it is meant to show. The reference analyses the filtered batch by
+    default (`gradient_analysis_log_prefilter` adds the unfiltered one).
+  * the analysis runs before the step's critic and actor updates (the reference: after the critic update), so
+    PPO's advantages come from the same critic the update uses.
+  * the task term is the clipped surrogate at ratio exactly 1 (old log-probs = the analysis forward's own,
+    detached), i.e. the advantage-weighted score function.
+
+Memory: three parameter-sized fp32 buffers (task, entropy, KL) besides the model: ~1.6 GB for SmolLM2-135M,
+~36 GB for a 3B model (switch components off with a zero coefficient, or probe on a smaller batch).
 
 Leaves out: the separate analysis-only rollout shape of the reference (run the probe with other --groups instead)
 and the reference's truncation of buckets to multiples of the GPU count (not needed: we reduce exactly).
@@ -91,7 +97,7 @@ def component_losses(logp, ent, batch, r, args) -> dict[str, torch.Tensor]:
     over micro-batches (the caller weights them by their share of the bucket's normaliser)."""
     dev = logp.device
     mask = batch["loss_mask"][r].to(dev)
-    out = {"task": algos.policy_loss(logp, batch["old_logp"][r].to(dev), batch["adv"][r].to(dev), mask,
+    out = {"task": algos.policy_loss(logp, logp.detach(), batch["adv"][r].to(dev), mask,
                                      args.clip_low, args.clip_high, args.loss_agg, args.clip_c,
                                      norm_len=args.max_new_tokens)}
     if args.entropy_coef > 0:
@@ -125,26 +131,27 @@ def component_grad_norms(model, batch, rows: list[int], args, dist) -> dict[str,
         losses = component_losses(logp, ent, batch, r, args)
         for i, c in enumerate(names):
             gs = torch.autograd.grad(losses[c] * share, params, retain_graph=i < len(names) - 1, allow_unused=True)
-            for acc, g in zip(grads[c], gs):
-                if g is not None:
-                    acc += g
+            used = [(a, g) for a, g in zip(grads[c], gs) if g is not None]
+            if used:
+                torch._foreach_add_([a for a, _ in used], [g for _, g in used])
     model.train(was_training)
-    out = {}
+    sq = {}                                                                  # squared norms and the cross term
     for c in names:
         for g in grads[c]:
             dist.sum_(g)
-        out[c] = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads[c]])))
+        sq[c] = sum(float(torch.sum(g.double() ** 2)) for g in grads[c])
+    out = {c: math.sqrt(v) for c, v in sq.items()}
     reg = [c for c in names if c != "task"]
-    if reg:
-        total = [sum(grads[c][i] for c in reg) for i in range(len(params))]
-        out["reg"] = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in total])))
+    if reg:     # ‖e + k‖² = ‖e‖² + ‖k‖² + 2<e, k>, without a fourth parameter-sized buffer
+        cross = (2 * sum(float(torch.sum(e.double() * k.double())) for e, k in zip(grads["entropy"], grads["kl"]))
+                 if len(reg) == 2 else 0.0)
+        out["reg"] = math.sqrt(max(sum(sq[c] for c in reg) + cross, 0.0))
     return out
 
 
 def bucket_report(model, batch, R: torch.Tensor, args, dist, n_buckets: int = 6, mode: str = "quantile") -> dict:
     """Every bucket of the batch (rows carry global trajectory ids batch["gidx"] = group * G + member).
-    R (P, G) returns. Keys: grad/<bucket>/{task,entropy,kl,reg,task_over_reg,per_traj_task,groups,trajs,
-    rv_mean,std_mean}."""
+    R (P, G) returns. Keys: grad/<bucket>/{task,entropy,kl,reg,task_over_reg,groups,trajs,rv_mean,std_mean}."""
     G = R.shape[1]
     std = R.std(dim=1)                                                          # (P,) unbiased, as the filter
     group_of_row = (batch["gidx"] // G).tolist()
@@ -157,7 +164,6 @@ def bucket_report(model, batch, R: torch.Tensor, args, dist, n_buckets: int = 6,
         out.update({pre + k: v for k, v in norms.items()})
         if "reg" in norms:
             out[pre + "task_over_reg"] = norms["task"] / max(norms["reg"], 1e-12)
-        out[pre + "per_traj_task"] = norms["task"] / (len(groups) * G)
         out[pre + "groups"] = float(len(groups))
         out[pre + "trajs"] = float(len(groups) * G)
         out[pre + "rv_mean"] = float((std[groups] ** 2).mean())

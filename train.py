@@ -351,11 +351,22 @@ def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist: Di
     return batch
 
 
-def grad_analysis(local, R, owner, model, critic, frozen, tok, args, dist: Dist) -> dict:
-    """snr.bucket_report on the whole (unfiltered) batch with plain advantages (see snr.py for why)."""
-    fall = rvfilter.apply_filter(R, rvfilter.FilterConfig(strategy="none"))
-    batch = prepare_batch(local, R, owner, fall, model, critic, frozen if args.kl_coef > 0 else None, tok, args, dist)
-    return snr.bucket_report(model, batch, R, args, dist, args.grad_buckets, args.grad_bucket_mode)
+def grad_analysis(local, first, R, owner, model, critic, frozen, tok, args, dist: Dist) -> dict:
+    """snr.bucket_report on the whole unfiltered batch with plain advantages (see snr.py for why): under DAPO the
+    first rollout round (dynamic sampling already dropped its zero-RV groups from `local`). Random state is
+    forked, so a run with the analysis trains exactly like one without."""
+    if args.dynamic_sampling:
+        G, Pl = args.group_size, args.groups // dist.world
+        local = first
+        R = torch.tensor(dist.gather([[t.ret for t in first[g * G:(g + 1) * G]] for g in range(Pl)]),
+                         dtype=torch.float64)                                           # (P, G) round 0
+        owner = torch.arange(args.groups) // Pl
+    dev = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        fall = rvfilter.apply_filter(R, rvfilter.FilterConfig(strategy="none"))
+        batch = prepare_batch(local, R, owner, fall, model, critic, frozen if args.kl_coef > 0 else None, tok, args,
+                              dist)
+        return snr.bucket_report(model, batch, R, args, dist, args.grad_buckets, args.grad_bucket_mode)
 
 
 # ------------------------------------------------------------------------------------------------- validation
@@ -496,9 +507,9 @@ def main(argv=None) -> Path:
             fres = rvfilter.apply_filter(R, fcfg, stats) if len(R) else None
             m.update(fres.metrics if fres else {"filter/empty": 1.0})
             # (optional) paper Fig. 3: gradient norms per RV bucket of the unfiltered batch, before the update
-            if args.grad_analysis_every and step % args.grad_analysis_every == 0 and len(R):
+            if args.grad_analysis_every and step % args.grad_analysis_every == 0 and (len(R) or args.dynamic_sampling):
                 t4 = time.perf_counter()
-                m.update(grad_analysis(local, R, owner, model, critic, frozen, tok, args, dist))
+                m.update(grad_analysis(local, first, R, owner, model, critic, frozen, tok, args, dist))
                 m["time/grad_analysis"] = time.perf_counter() - t4
             # 4-6. tensors, old log-probs, advantages, updates
             t2 = time.perf_counter()

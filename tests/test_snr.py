@@ -1,5 +1,7 @@
 """snr.py: RV buckets (reference-code §1.10 worked example), per-component gradient norms against an independent
 full-logits computation, zero task gradient on zero-RV groups, the train.py hook and the probe CLI."""
+import math
+
 import pytest
 import torch
 
@@ -55,8 +57,17 @@ def make_batch(tok, rows: int, seed: int):
     return {"input_ids": ids, "attention_mask": attn, "loss_mask": mask, "adv": adv.contiguous()}
 
 
-def full_logits_norms(model, ref, batch, rows, ent_coef, kl_coef):
-    """Independent: full softmax over the vocabulary, token-mean over the bucket, one backward per component.
+def agg(x, mask, mode, norm_len):
+    """The aggregation modes written out per sequence (independent of algos.agg_loss)."""
+    if mode == "token-mean":
+        return (x * mask).sum() / mask.sum()
+    per_seq = [(x[b] * mask[b]).sum() / (mask[b].sum() if mode == "seq-mean-token-mean" else norm_len)
+               for b in range(len(x)) if mask[b].sum() > 0]
+    return sum(per_seq) / len(per_seq)
+
+
+def full_logits_norms(model, ref, batch, rows, ent_coef, kl_coef, mode, norm_len):
+    """Independent: full softmax over the vocabulary, one backward per component, aggregation written out.
     At ratio 1 the clipped surrogate's gradient is that of −A·logπ; k3's gradient is that of e^u − u − 1."""
     r = torch.tensor(rows)
     ids, attn, mask = batch["input_ids"][r], batch["attention_mask"][r], batch["loss_mask"][r][:, 1:].float()
@@ -66,7 +77,6 @@ def full_logits_norms(model, ref, batch, rows, ent_coef, kl_coef):
         lsm = torch.log_softmax(logits, -1)
         logp = lsm.gather(-1, ids[:, 1:, None])[..., 0]
         return logp, -(lsm.exp() * lsm).sum(-1)
-    n = mask.sum()
     out = {}
     for name in ("task", "entropy", "kl", "reg"):
         model.zero_grad(set_to_none=True)
@@ -74,36 +84,40 @@ def full_logits_norms(model, ref, batch, rows, ent_coef, kl_coef):
         with torch.no_grad():
             ref_logp, _ = token_stats(ref)
         u = ref_logp - logp
-        terms = {"task": -(batch["adv"][r][:, 1:] * logp * mask).sum() / n,
-                 "entropy": -ent_coef * (ent * mask).sum() / n,
-                 "kl": kl_coef * ((u.exp() - u - 1) * mask).sum() / n}
+        terms = {"task": agg(-batch["adv"][r][:, 1:] * logp, mask, mode, norm_len),
+                 "entropy": -ent_coef * agg(ent, mask, mode, norm_len),
+                 "kl": kl_coef * agg(u.exp() - u - 1, mask, mode, norm_len)}
         terms["reg"] = terms["entropy"] + terms["kl"]
         terms[name].backward()
-        out[name] = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()
-                                                                if p.grad is not None])))
+        out[name] = math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in model.parameters()
+                                  if p.grad is not None))                  # fp64: fp32 norms drift by ~3e-5
     model.zero_grad(set_to_none=True)
     return out
 
 
-def test_component_norms_match_an_independent_full_softmax_computation():
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_component_norms_match_an_independent_full_softmax_computation(mode):
     torch.manual_seed(0)
     model, tok = policy.load("tiny", seed=0)
     ref, _ = policy.load("tiny", seed=1)                             # a different reference: KL gradient != 0
-    args, _ = config.resolve(["--model", "tiny", "--algo", "grpo", "--loss-agg", "token-mean", "--micro-batch", "2",
-                              "--mini-batch", "4", "--entropy-coef", "0.01", "--kl-coef", "0.05", "--no-bf16"])
+    # coefficients chosen so that ‖g_ent‖ and ‖g_KL‖ are of the same size: reg then tells ‖e + k‖ from the rest
+    args, _ = config.resolve(["--model", "tiny", "--algo", "grpo", "--loss-agg", mode, "--micro-batch", "2",
+                              "--mini-batch", "4", "--entropy-coef", "1.0", "--kl-coef", "0.007", "--no-bf16",
+                              "--max-new-tokens", "16"])
     batch = make_batch(tok, 5, seed=3)
     with torch.no_grad():
-        batch["old_logp"], _ = policy.token_logprobs(model, batch["input_ids"], batch["attention_mask"],
-                                                     batch["loss_mask"])
         batch["ref_logp"], _ = policy.token_logprobs(ref, batch["input_ids"], batch["attention_mask"],
                                                      batch["loss_mask"])
     rows = [0, 2, 3, 4]                                              # 4 rows in micro-batches of 2, ragged
     got = snr.component_grad_norms(model, batch, rows, args, train.Dist(OneProcess()))
-    want = full_logits_norms(model, ref, batch, rows, 0.01, 0.05)
+    want = full_logits_norms(model, ref, batch, rows, 1.0, 0.007, mode, 16)
     assert set(got) == {"task", "entropy", "kl", "reg"}
     for k in want:
         assert got[k] == pytest.approx(want[k], rel=1e-4), k
-    assert got["kl"] > 0 and got["entropy"] > 0 and got["task"] > 0
+    e, k = got["entropy"], got["kl"]
+    assert 0.2 < e / k < 5                                           # comparable, so the next line can fail
+    for wrong in (k, e, math.hypot(e, k), e + k):
+        assert abs(got["reg"] - wrong) > 1e-3 * wrong
     assert all(p.grad is None for p in model.parameters())           # the training gradients are untouched
 
 
@@ -131,6 +145,22 @@ def test_zero_variance_groups_have_zero_task_gradient_but_keep_the_regulariser()
 
 
 # --------------------------------------------------------------------------------------------- train / probe
+def test_the_analysis_does_not_change_training_and_sees_dapo_first_round(tmp_path):
+    import runlog
+    common = ["--preset", "smoke", "--env", "bandit", "--algo", "dapo", "--groups", "2", "--group-size", "2",
+              "--steps", "2", "--eval-every", "0", "--mi-every", "0", "--kl-coef", "0.01", "--out-dir", str(tmp_path),
+              "--no-progress"]
+    a = train.main(common + ["--name", "plain"])
+    b = train.main(common + ["--name", "probed", "--grad-analysis-every", "1"])
+    pa, pb = runlog.load_checkpoint(a)["model"], runlog.load_checkpoint(b)["model"]
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    ra, rb = runlog.read_metrics(a), runlog.read_metrics(b)
+    for x, y in zip(ra, rb):
+        assert {k: v for k, v in x.items() if not k.startswith("time/")} == \
+            {k: v for k, v in y.items() if not k.startswith(("time/", "grad/"))}
+    assert rb[0]["grad/all/groups"] == 2 and "grad/all/kl" in rb[0]    # DAPO: round 0, zero-RV groups included
+
+
 def test_train_logs_bucket_norms_and_the_probe_reads_a_run(tmp_path, capsys):
     d = train.main(["--preset", "smoke", "--env", "bandit", "--algo", "grpo", "--groups", "4", "--group-size", "2",
                     "--filter", "none", "--steps", "2", "--grad-analysis-every", "2", "--grad-buckets", "2",
