@@ -2,7 +2,8 @@
 processes) on a fixed scripted global batch, run under `torchrun --nproc_per_node {1,2} tests/dist_update.py OUT
 MODE`; rank 0 saves the updated parameters to OUT. With 2 processes each process owns one group; the result must
 equal the single-process update. MODE "all": 2 groups, no filter. MODE "filtered": 4 groups and the paper's
-top-p filter, which drops both groups of process 1 in the first update (it then holds no kept trajectory)."""
+top-p filter, which drops both groups of process 1 in the first update (it then holds no kept trajectory).
+Before the updates, the snr.py gradient analysis runs on the same batch; its norms must match too."""
 import copy
 import sys
 
@@ -36,11 +37,14 @@ local = [t for t in trajs if int(owner[t.group]) == dist.rank]
 critic = policy.make_critic(model)
 opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 copt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)
+# snr gradient analysis first (it must leave the update unchanged): with 4 groups every bucket holds one group, so
+# in "filtered" mode each process has buckets without a single local row and still joins every all-reduce
+grad = train.grad_analysis(local, local, R, owner, model, critic, ref, tok, args, dist)
 for _ in range(2):
     fres = rvfilter.apply_filter(R, config.filter_config(args))
     assert mode == "all" or fres.kept_groups.tolist() == [0, 1]
     batch = train.prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist)
     train.update(model, critic, opt, copt, batch, args, dist)
 if dist.main:
-    torch.save({"params": model.state_dict(), "init": init}, sys.argv[1])
+    torch.save({"params": model.state_dict(), "init": init, "grad": grad}, sys.argv[1])
 acc.wait_for_everyone()

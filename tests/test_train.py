@@ -175,6 +175,9 @@ def test_two_processes_give_the_same_update_as_one(tmp_path, mode):
     one, two, init = outs[1]["params"], outs[2]["params"], outs[1]["init"]
     assert max(float((one[k] - two[k]).abs().max()) for k in one) < 1e-5
     assert max(float((one[k] - init[k]).abs().max()) for k in one) > 1e-4      # the update did something
+    g1, g2 = outs[1]["grad"], outs[2]["grad"]
+    assert set(g1) == set(g2) and g1["grad/all/task"] > 0
+    assert all(g2[k] == pytest.approx(g1[k], rel=1e-5, abs=1e-9) for k in g1)
 
 
 def test_every_experiment_arm_is_a_valid_config():
