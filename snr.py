@@ -93,7 +93,7 @@ def split_into_buckets(std: torch.Tensor, n_buckets: int = 6, mode: str = "quant
 
 
 def component_losses(logp, ent, batch, r, args) -> dict[str, torch.Tensor]:
-    """The loss terms of train.update for micro-batch rows r, each WITH its coefficient and sign, unnormalised
+    """The loss terms of update.update for micro-batch rows r, each WITH its coefficient and sign, unnormalised
     over micro-batches (the caller weights them by their share of the bucket's normaliser)."""
     dev = logp.device
     mask = batch["loss_mask"][r].to(dev)
@@ -111,7 +111,7 @@ def component_losses(logp, ent, batch, r, args) -> dict[str, torch.Tensor]:
 def component_grad_norms(model, batch, rows: list[int], args, dist) -> dict[str, float]:
     """‖∇‖ of each loss component over the local `rows` of `batch` (all processes together: `dist` sums the
     normaliser and the gradients). The loss of each component is aggregated over the bucket exactly as
-    train.update aggregates a mini-batch. Returns {task, entropy, kl (those switched on), reg = ‖g_ent + g_kl‖}."""
+    update.update aggregates a mini-batch. Returns {task, entropy, kl (those switched on), reg = ‖g_ent + g_kl‖}."""
     dev = next(model.parameters()).device
     params = [p for p in model.parameters() if p.requires_grad]
     rows_t = torch.tensor(rows, dtype=torch.long)
@@ -220,6 +220,7 @@ def main(argv=None) -> dict:
     import filter as rvfilter
     import runlog
     import train
+    import update
     from accelerate import Accelerator
     import dataclasses
     args, explicit = config.resolve(rest)
@@ -251,7 +252,7 @@ def main(argv=None) -> dict:
     torch.manual_seed(train.step_seed(args.seed, own.step, dist.rank))
     local, _, R, owner, _ = train.collect(own.step, model, tok, args, rcfg, dist)
     fres = rvfilter.apply_filter(R, rvfilter.FilterConfig(strategy="none"))
-    batch = train.prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist)
+    batch = update.prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist)
     m = bucket_report(model, batch, R, args, dist, args.grad_buckets, args.grad_bucket_mode)
     if dist.main:
         print(report_table(m))

@@ -6,8 +6,9 @@ One iteration (paper §2-4, design.md "One training step"; each line is a call i
     R       = returns as a (P, G) matrix (gathered over processes)
     mi      = mi_proxy.mi_report(...)   every --mi-every steps, on the UNFILTERED batch (first-turn, trajectory)
     kept    = filter.apply_filter(R)                               # SNR-Aware Filtering: top groups by RV
-    adv     = algos.gae_advantages (PPO) | algos.grpo_advantages (GRPO, Dr.GRPO, DAPO)
-    update  = algos.policy_loss - entropy_coef * H + kl_coef * KL  (+ algos.value_loss), mini-batches
+    batch   = update.prepare_batch(kept)  # old log-probs; algos.gae_advantages (PPO) | algos.grpo_advantages
+    update  = update.update(batch)        # algos.policy_loss - entropy_coef * H + kl_coef * KL (+ value loss)
+    (grad   = snr.bucket_report(...)      every --grad-analysis-every steps: paper Fig. 3, before the update)
     eval / log / checkpoint
 
 Single process:      python train.py --preset demo
@@ -19,9 +20,9 @@ Resume:              python train.py --resume runs/<name> [--steps N]
 Distributed: groups are sharded across processes (P must be divisible by the number of processes); returns are
 gathered so every process takes the same filter decision; mini-batches are formed over the *global* kept batch
 and every loss is normalised by global token/sequence counts, then gradients are summed across processes with
-one all-reduce per optimizer step. We do this by hand instead of wrapping the model in DDP because the filter
-leaves processes with different numbers of kept trajectories (possibly none), which DDP's lock-step backward
-cannot express; the result equals the single-process update on the same global batch (tests/test_train.py).
+one all-reduce per optimizer step (update.py). We do this by hand instead of wrapping the model in DDP because the
+filter leaves processes with different numbers of kept trajectories (possibly none), which DDP's lock-step
+backward cannot express; the result equals the single-process update on the same global batch (tests/test_train.py).
 
 What it leaves out: vLLM (generation is HF `generate`), turn-level context modes, critic warm-up, the reference's
 batch padding by duplicated rows (we split the kept batch into mini-batches of at most --mini-batch instead).
@@ -39,7 +40,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import algos
 import config
 import filter as rvfilter
 import mi_proxy
@@ -48,6 +48,7 @@ import report
 import rollout
 import runlog
 import snr
+from update import prepare_batch, update
 
 
 # ------------------------------------------------------------------------------------------ distributed helpers
@@ -190,165 +191,6 @@ def mi_metrics(step, trajs, model, frozen, args, emas, dist: Dist) -> dict:
                                    bf16=None if args.bf16 else False)
             out.update({f"mi_{key}/{k}": v for k, v in m.items()})
     return out
-
-
-# ----------------------------------------------------------------------------------------------------- update
-def group_advantages(R: torch.Tensor, keep2d: torch.Tensor, normalize_std: bool) -> torch.Tensor:
-    """GRPO / Dr.GRPO advantages (P', G), statistics over the kept members of each group (all of them at prompt
-    level; the top-k + bottom-k at trajectory level)."""
-    adv = torch.zeros_like(R)
-    for g in range(R.shape[0]):
-        idx = keep2d[g].nonzero().squeeze(1)
-        if len(idx):
-            adv[g, idx] = algos.grpo_advantages(R[g, idx][None], normalize_std=normalize_std)[0]
-    return adv
-
-
-def whiten_global(adv: torch.Tensor, mask: torch.Tensor, dist: Dist) -> torch.Tensor:
-    """algos.whiten with mean/unbiased variance over the masked tokens of ALL processes."""
-    m = mask.to(torch.float64)
-    a = adv.to(torch.float64)
-    s = dist.sum_(torch.stack([(a * m).sum(), m.sum()]))                # two passes: the one-pass formula
-    if s[1] < 2:                                                       # goes negative for constant advantages
-        raise ValueError(f"whitening needs >= 2 generated tokens in the batch, got {int(s[1])}")
-    mean = s[0] / s[1]
-    var = dist.sum_((((a - mean) ** 2) * m).sum()[None])[0] / (s[1] - 1)
-    return ((a - mean) * torch.rsqrt(var + 1e-8) * m).to(adv.dtype)
-
-
-def plan(batch, args, dist: Dist) -> list:
-    """Mini-batches cut from the GLOBAL kept order (so the update is the same for any number of processes), each
-    as (global normaliser, [local micro-batch row indices]). The old-log-prob pass uses the same micro-batches,
-    so a row is always scored together with the same rows (with prefix sharing under bf16 that keeps the first
-    PPO ratio at exactly 1)."""
-    agg = args.loss_agg
-    counts = dict(zip(dist.gather(batch["gidx"].tolist()),
-                      dist.gather([float(algos.agg_count(m[None], agg)) for m in batch["loss_mask"]])))
-    pos = {g: i for i, g in enumerate(batch["gidx"].tolist())}          # global id -> local row
-    order = sorted(counts)                                             # global kept trajectory ids
-    out = []
-    for s in range(0, len(order), args.mini_batch):
-        mb = order[s:s + args.mini_batch]
-        rows = [pos[g] for g in mb if g in pos]
-        out.append((max(sum(counts[g] for g in mb), 1.0),
-                    [torch.tensor(rows[u:u + args.micro_batch]) for u in range(0, len(rows), args.micro_batch)]))
-    return out
-
-
-def update(model, critic, opt, copt, batch, args, dist: Dist) -> dict:
-    """Mini-batch PPO-style updates on the kept batch (batch["plan"], see `plan`). Every loss term of a micro-batch
-    is weighted by its share of the mini-batch's global normaliser, so gradient accumulation over micro-batches
-    and the sum over processes reproduce the aggregation mode exactly. Returns statistics reduced over processes."""
-    dev = next(model.parameters()).device
-    agg = args.loss_agg
-    stats = torch.zeros(8, dtype=torch.float64)  # pg, entropy, kl, value_loss, clipfrac, ppo_kl, grad_norm, skipped
-    n_updates = 0
-    for _ in range(args.ppo_epochs):
-        for denom, micros in batch["plan"]:
-            for r in micros:
-                ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
-                share = float(algos.agg_count(mask, agg)) / denom           # micro-batch's part of the global normaliser
-                with policy.autocast(dev, enabled=None if args.bf16 else False):
-                    logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True,
-                                                      temperature=args.temperature)
-                adv = batch["adv"][r].to(dev)
-                pg = algos.policy_loss(logp, batch["old_logp"][r].to(dev), adv, mask, args.clip_low, args.clip_high,
-                                       agg, args.clip_c, norm_len=args.max_new_tokens)
-                loss = pg
-                h = algos.entropy_bonus(ent, mask, agg, norm_len=args.max_new_tokens)
-                stats[1] += float(h.detach()) * share                 # logged whatever the coefficient
-                if args.entropy_coef > 0:
-                    loss = loss - args.entropy_coef * h
-                if args.kl_coef > 0:
-                    kl = algos.agg_loss(algos.kl_term(logp, batch["ref_logp"][r].to(dev), args.kl_kind), mask, agg,
-                                        norm_len=args.max_new_tokens)
-                    loss = loss + args.kl_coef * kl
-                    stats[2] += float(kl.detach()) * share
-                (loss * share).backward()
-                ps = algos.policy_loss_stats(logp.detach(), batch["old_logp"][r].to(dev), adv, mask,
-                                             args.clip_low, args.clip_high, args.clip_c)
-                stats[0] += float(pg.detach()) * share
-                stats[4] += ps["pg_clipfrac"] * share
-                stats[5] += ps["ppo_kl"] * share
-                if critic is not None:
-                    with policy.autocast(dev, enabled=None if args.bf16 else False):
-                        v = critic.values(ids, attn)
-                    vl = algos.value_loss(v, batch["values"][r].to(dev), batch["returns_tok"][r].to(dev), mask,
-                                          args.value_clip, agg, norm_len=args.max_new_tokens)
-                    (vl * share).backward()
-                    stats[3] += float(vl.detach()) * share
-            for module, optim in ((model, opt), (critic, copt)):
-                if module is None:
-                    continue
-                dist.sync_grads(module)
-                norm = torch.nn.utils.clip_grad_norm_(module.parameters(), args.grad_clip)
-                if torch.isfinite(norm):
-                    optim.step()
-                else:                                                  # same norm on every process: same skip
-                    stats[7] += 1
-                optim.zero_grad(set_to_none=True)
-                if module is model:
-                    stats[6] += float(norm)
-            n_updates += 1
-    stats[:6] = dist.sum_(stats[:6].clone())
-    n = max(n_updates, 1)
-    names = ["pg_loss", "entropy", "kl", "value_loss", "clipfrac", "ppo_kl"]
-    out = {f"train/{k}": float(stats[i]) / n for i, k in enumerate(names)}
-    out.update({"train/grad_norm": float(stats[6]) / n, "train/skipped_nonfinite": float(stats[7]),
-                "train/optimizer_steps": float(n_updates)})
-    if critic is None:
-        out.pop("train/value_loss")
-    if args.kl_coef == 0:
-        out.pop("train/kl")
-    return out
-
-
-@torch.no_grad()
-def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist: Dist):
-    """Training tensors for this process's kept trajectories: old log-probs, reference log-probs, values,
-    advantages (token level), in the order of their global index."""
-    G = args.group_size
-    dev = next(model.parameters()).device
-    kept_set = set(fres.kept_traj.tolist())
-    # local trajectories arrive group-contiguous in global group order; rebuild their global index g * G + k
-    local_rows = [g for g in range(R.shape[0]) if int(owner[g]) == dist.rank]
-    pairs = [(g * G + k, local[i * G + k]) for i, g in enumerate(local_rows) for k in range(G)]
-    pairs = [(gi, t) for gi, t in pairs if gi in kept_set]
-    if pairs:
-        batch = rollout.to_tensors([t for _, t in pairs], tok.pad_token_id)
-    else:   # this process kept nothing (another did): zero rows, it still joins every collective of the update
-        batch = {k: torch.zeros(0, 1, dtype=torch.long) for k in ("input_ids", "attention_mask", "loss_mask")}
-        batch["returns"] = torch.zeros(0)
-    batch["gidx"] = torch.tensor([gi for gi, _ in pairs], dtype=torch.long)
-    ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
-    batch["plan"] = plan(batch, args, dist)
-    old, refl, vals = torch.zeros(ids.shape), torch.zeros(ids.shape), torch.zeros(ids.shape)
-    for sl in [r for _, micros in batch["plan"] for r in micros]:
-        a = (ids[sl].to(dev), attn[sl].to(dev), mask[sl].to(dev))
-        with policy.autocast(dev, enabled=None if args.bf16 else False):
-            # log-probs of the sampling policy: logits / rollout temperature (as verl); 1.0 by default
-            old[sl] = policy.token_logprobs(model, *a, temperature=args.temperature)[0].cpu()
-            if ref is not None:
-                refl[sl] = policy.token_logprobs(ref, *a, temperature=args.temperature)[0].cpu()
-            if critic is not None:
-                vals[sl] = critic.values(a[0], a[1]).cpu()
-    batch["old_logp"], batch["ref_logp"], batch["values"] = old, refl, vals * mask
-    # advantages: one scalar per trajectory (group estimators) or per token (GAE)
-    weight = {int(gi): float(w) for gi, w in zip(fres.kept_traj, fres.adv_weight)}
-    w = torch.tensor([weight[int(gi)] for gi in batch["gidx"]]) * fres.loss_scale          # (B,)
-    if args.adv == "gae":
-        rew = algos.terminal_token_rewards(batch["returns"].float(), mask) if pairs else torch.zeros(ids.shape)
-        adv, ret = (algos.gae_advantages(rew, vals * mask, mask, args.gamma, args.lam, whiten_adv=False) if pairs
-                    else (torch.zeros(ids.shape), torch.zeros(ids.shape)))
-        if args.whiten_adv:
-            adv = whiten_global(adv, mask, dist)
-        batch["adv"], batch["returns_tok"] = adv * w[:, None], ret
-    else:
-        keep2d = fres.traj_mask.view(-1, G)
-        A = group_advantages(R, keep2d, normalize_std=args.adv == "grpo").reshape(-1)          # (P'*G,)
-        batch["adv"] = algos.token_advantages((A[batch["gidx"]] * w).float(), mask)
-        batch["returns_tok"] = torch.zeros(ids.shape)
-    return batch
 
 
 def grad_analysis(local, first, R, owner, model, critic, frozen, tok, args, dist: Dist) -> dict:

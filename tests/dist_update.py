@@ -14,6 +14,7 @@ import config
 import filter as rvfilter
 import policy
 import train
+import update as upd
 from test_train import scripted_batch
 
 acc = Accelerator(cpu=True)
@@ -43,8 +44,8 @@ grad = train.grad_analysis(local, local, R, owner, model, critic, ref, tok, args
 for _ in range(2):
     fres = rvfilter.apply_filter(R, config.filter_config(args))
     assert mode == "all" or fres.kept_groups.tolist() == [0, 1]
-    batch = train.prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist)
-    train.update(model, critic, opt, copt, batch, args, dist)
+    batch = upd.prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist)
+    upd.update(model, critic, opt, copt, batch, args, dist)
 if dist.main:
     torch.save({"params": model.state_dict(), "init": init, "grad": grad}, sys.argv[1])
 acc.wait_for_everyone()

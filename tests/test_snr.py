@@ -9,6 +9,7 @@ import config
 import policy
 import snr
 import train
+import update as upd
 from test_train import OneProcess, scripted_batch       # tests/ is on sys.path (pytest's rootdir-less import mode)
 
 
@@ -132,7 +133,7 @@ def test_zero_variance_groups_have_zero_task_gradient_but_keep_the_regulariser()
                                        [(" Right", 0.5)] * 4])
     fres = rvfilter.apply_filter(R, rvfilter.FilterConfig(strategy="none"))
     dist = train.Dist(OneProcess())
-    batch = train.prepare_batch(trajs, R, torch.zeros(3, dtype=torch.long), fres, model, None, None, tok, args, dist)
+    batch = upd.prepare_batch(trajs, R, torch.zeros(3, dtype=torch.long), fres, model, None, None, tok, args, dist)
     m = snr.bucket_report(model, batch, R, args, dist, n_buckets=3)
     zero = [b for b in ("bucket_1", "bucket_2", "bucket_3") if m[f"grad/{b}/std_mean"] == 0]
     assert len(zero) == 2 and m["grad/bucket_3/std_mean"] > 0

@@ -13,6 +13,7 @@ import policy
 import rollout
 import runlog
 import train
+import update as upd
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,9 +114,9 @@ def test_update_raises_logprob_of_rewarded_action(algo):
     import filter as rvfilter
     for _ in range(2 if critic is not None else 1):   # PPO's zero-init value head: the first update trains V only
         fres = rvfilter.apply_filter(R, config.filter_config(args))
-        batch = train.prepare_batch(trajs, R, torch.zeros(1, dtype=torch.long), fres, model, critic, None, tok,
+        batch = upd.prepare_batch(trajs, R, torch.zeros(1, dtype=torch.long), fres, model, critic, None, tok,
                                     args, dist)
-        m = train.update(model, critic, opt, copt, batch, args, dist)
+        m = upd.update(model, critic, opt, copt, batch, args, dist)
     after = seq_logp(model, tok, trajs)
     assert m["train/optimizer_steps"] == 2
     assert (after - before)[0] > 0 and (after - before)[1] < 0      # rewarded action up, the other down
@@ -203,7 +204,7 @@ def test_old_logprobs_use_the_update_micro_batches():
                                     [(" Down", 0.2), (" Right", 0.0), (" Left Left", 0.7)]])
     import filter as rvfilter
     fres = rvfilter.apply_filter(R, config.filter_config(args))
-    batch = train.prepare_batch(trajs, R, torch.zeros(2, dtype=torch.long), fres, model, None, None, tok, args,
+    batch = upd.prepare_batch(trajs, R, torch.zeros(2, dtype=torch.long), fres, model, None, None, tok, args,
                                 train.Dist(OneProcess()))
     micros = [r.tolist() for _, ms in batch["plan"] for r in ms]
     assert micros == [[0, 1, 2], [3], [4, 5]]                        # mini-batches of 4 cut into micros of <= 3
@@ -219,12 +220,12 @@ def test_global_whitening_matches_algos_whiten_and_stays_finite():
     g = torch.Generator().manual_seed(0)
     mask = (torch.rand(5, 9, generator=g) > 0.3).long()
     adv = torch.randn(5, 9, generator=g) * 3 + 1
-    assert torch.allclose(train.whiten_global(adv, mask, dist), algos.whiten(adv, mask) * mask, atol=1e-6)
+    assert torch.allclose(upd.whiten_global(adv, mask, dist), algos.whiten(adv, mask) * mask, atol=1e-6)
     const = torch.full((64, 300), 10.9)          # PPO's first step with a zero value head and equal returns
-    out = train.whiten_global(const, torch.ones(64, 300, dtype=torch.long), dist)
+    out = upd.whiten_global(const, torch.ones(64, 300, dtype=torch.long), dist)
     assert torch.isfinite(out).all() and out.abs().max() < 1e-3
     with pytest.raises(ValueError, match="2 generated tokens"):
-        train.whiten_global(adv[:1, :1], mask[:1, :1] * 0 + 1, dist)
+        upd.whiten_global(adv[:1, :1], mask[:1, :1] * 0 + 1, dist)
 
 
 def test_filter_none_works_with_single_rollout_groups():
