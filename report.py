@@ -51,6 +51,7 @@ PANELS = [
     ("H(Z|X) proxy / token entropy", ["mi_first_turn/conditional_entropy_est", "train/entropy"]),
     ("losses", ["train/pg_loss", "train/value_loss", "train/kl"]),
     ("tokens per turn", ["rollout/response_tokens"]),
+    ("‖g_task‖ / ‖g_ent + g_KL‖ (snr.py, all groups)", ["grad/all/task_over_reg"]),
 ]
 
 
@@ -190,7 +191,15 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     path = out / "overview.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return [path]
+    paths = [path]
+    analysed = [r for r in rows if "grad/all/task" in r]
+    if analysed:                      # paper Fig. 3 for the last step with a gradient analysis (--grad-analysis-every)
+        import snr
+        last = analysed[-1]
+        paths.append(out / "grad_buckets.png")
+        snr.plot_buckets({k: v for k, v in last.items() if k.startswith("grad/")}, paths[-1],
+                         title=f"{run_dir.name}, step {last['step']}")
+    return paths
 
 
 def _finite(v) -> bool:

@@ -182,7 +182,7 @@ def report_table(m: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_buckets(m: dict, path) -> None:
+def plot_buckets(m: dict, path, title: str = "") -> None:
     """Fig. 3 in the paper's layout: norms per bucket against the bucket's mean reward std."""
     import matplotlib
     matplotlib.use("Agg")
@@ -199,6 +199,8 @@ def plot_buckets(m: dict, path) -> None:
     for a in ax:
         a.set_xlabel("bucket mean reward std")
         a.legend()
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -170,6 +170,7 @@ def test_train_logs_bucket_norms_and_the_probe_reads_a_run(tmp_path, capsys):
     rows = runlog.read_metrics(d)
     assert "grad/all/task" in rows[0] and "grad/bucket_2/entropy" in rows[0] and "time/grad_analysis" in rows[0]
     assert not any(k.startswith("grad/") for k in rows[1])         # every 2nd step only
+    assert (d / "plots" / "grad_buckets.png").exists()
     m = snr.main(["--from-run", str(d), "--step", "1", "--kl-coef", "0.01", "--plot", str(tmp_path / "fig3.png")])
     assert (tmp_path / "fig3.png").exists() and "grad/bucket_1/task" in m
     assert m["grad/all/kl"] > 0     # KL to the initial model (exactly 0 if the reference were the loaded policy)
