@@ -176,15 +176,18 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     return p
 
 
-def resolve(argv: list[str] | None = None) -> tuple[Args, dict]:
-    """Parse the command line into a fully resolved, validated Args. Returns (args, explicit flags)."""
+def resolve(argv: list[str] | None = None, base_run: str = "") -> tuple[Args, dict]:
+    """Parse the command line into a fully resolved, validated Args. Returns (args, explicit flags).
+    base_run: start from that run's saved flags instead of the defaults (explicit flags still win, and unlike
+    --resume they may differ: snr.py --from-run)."""
     argv = sys.argv[1:] if argv is None else argv
     build_parser().parse_args(argv)  # full parse first: --help, types and choices are checked here
     explicit = vars(build_parser(suppress_defaults=True).parse_args(argv))
-    if explicit.get("resume"):
+    if explicit.get("resume") or base_run:
         import runlog
-        saved = runlog.load_config(explicit["resume"])
-        runlog.check_resume_config(saved, explicit)
+        saved = runlog.load_config(explicit.get("resume") or base_run)
+        if explicit.get("resume"):
+            runlog.check_resume_config(saved, explicit)
         values = {**saved, **explicit}
     else:
         preset = explicit.get("preset", "")

@@ -123,7 +123,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 def load_config(run_dir: str | Path) -> dict:
     path = Path(run_dir) / "config.json"
     if not path.exists():
-        raise ValueError(f"--resume {run_dir}: no config.json there (not a nanoRAGEN run directory)")
+        raise ValueError(f"{run_dir}: no config.json there (not a nanoRAGEN run directory)")
     return json.loads(path.read_text())["flags"]
 
 

@@ -54,6 +54,7 @@ import torch
 
 import algos
 import policy
+import update
 
 BUCKET_MODES = ("quantile", "fixed_rv")
 FIXED_RV_EDGES = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)        # reward-std units; last bucket is [5, inf)
@@ -93,18 +94,15 @@ def split_into_buckets(std: torch.Tensor, n_buckets: int = 6, mode: str = "quant
 
 
 def component_losses(logp, ent, batch, r, args) -> dict[str, torch.Tensor]:
-    """The loss terms of update.update for micro-batch rows r, each WITH its coefficient and sign, unnormalised
-    over micro-batches (the caller weights them by their share of the bucket's normaliser)."""
-    dev = logp.device
-    mask = batch["loss_mask"][r].to(dev)
-    out = {"task": algos.policy_loss(logp, logp.detach(), batch["adv"][r].to(dev), mask,
-                                     args.clip_low, args.clip_high, args.loss_agg, args.clip_c,
-                                     norm_len=args.max_new_tokens)}
+    """update.loss_terms for micro-batch rows r, each WITH its coefficient and sign (the caller weights them by
+    their share of the bucket's normaliser); old log-probs = this forward's own, so the ratio is exactly 1."""
+    mask = batch["loss_mask"][r].to(logp.device)
+    terms = update.loss_terms(logp, ent, logp.detach(), batch, r, mask, args)
+    out = {"task": terms["pg"]}
     if args.entropy_coef > 0:
-        out["entropy"] = -args.entropy_coef * algos.entropy_bonus(ent, mask, args.loss_agg, norm_len=args.max_new_tokens)
+        out["entropy"] = -args.entropy_coef * terms["entropy"]
     if args.kl_coef > 0:
-        kl = algos.kl_term(logp, batch["ref_logp"][r].to(dev), args.kl_kind)
-        out["kl"] = args.kl_coef * algos.agg_loss(kl, mask, args.loss_agg, norm_len=args.max_new_tokens)
+        out["kl"] = args.kl_coef * terms["kl"]
     return out
 
 
@@ -216,20 +214,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--step", type=int, default=0, help="rollout seeds of this training step [0]")
     ap.add_argument("--plot", default="snr_buckets.png", help="figure path ('' = none) [snr_buckets.png]")
     own, rest = ap.parse_known_args(argv)
-    from pathlib import Path
-
     import config
-    import filter as rvfilter
     import runlog
     import train
-    import update
     from accelerate import Accelerator
-    import dataclasses
-    args, explicit = config.resolve(rest)
-    if own.from_run:
-        values = {**runlog.load_config(own.from_run), **explicit}
-        args = config.Args(**{f.name: values[f.name] for f in dataclasses.fields(config.Args) if f.name in values})
-        config.validate(args)
+    args, _ = config.resolve(rest, base_run=own.from_run)
     if args.group_size < 2:
         raise ValueError(f"--group-size: RV buckets need G >= 2, got {args.group_size}")
     acc = Accelerator(cpu=args.cpu)
@@ -243,19 +232,16 @@ def main(argv=None) -> dict:
         import copy
         ref = copy.deepcopy(model).eval().requires_grad_(False)
     if own.from_run:
-        ckpt = runlog.load_checkpoint(Path(own.from_run), rank=dist.rank)
+        ckpt = runlog.load_checkpoint(own.from_run, rank=dist.rank)
         if ckpt is None:
             raise ValueError(f"--from-run: no checkpoint in {own.from_run}/checkpoints/last")
         model.load_state_dict(ckpt["model"])
         if critic is not None and ckpt["critic"] is not None:
             critic.load_state_dict(ckpt["critic"])
     model.eval()
-    rcfg = train.rollout_config(args)
     torch.manual_seed(train.step_seed(args.seed, own.step, dist.rank))
-    local, _, R, owner, _ = train.collect(own.step, model, tok, args, rcfg, dist)
-    fres = rvfilter.apply_filter(R, rvfilter.FilterConfig(strategy="none"))
-    batch = update.prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist)
-    m = bucket_report(model, batch, R, args, dist, args.grad_buckets, args.grad_bucket_mode)
+    local, first, R, owner, _ = train.collect(own.step, model, tok, args, train.rollout_config(args), dist)
+    m = train.grad_analysis(local, first, R, owner, model, critic, ref, tok, args, dist)
     if dist.main:
         print(report_table(m))
         if own.plot:

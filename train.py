@@ -129,6 +129,12 @@ class EarlyStop:
 
 
 # --------------------------------------------------------------------------------------------------- rollouts
+def gather_returns(trajs, G: int, dist: Dist) -> torch.Tensor:
+    """(P, G) episode returns of group-contiguous local trajectories, every process's groups in rank order."""
+    return torch.tensor(dist.gather([[t.ret for t in trajs[g * G:(g + 1) * G]] for g in range(len(trajs) // G)]),
+                        dtype=torch.float64)
+
+
 def collect(step, model, tok, args, rcfg, dist: Dist):
     """Roll out this step's groups. Returns (local batch trajectories, local first-round trajectories, rewards
     (P', G), owner (P',), rollout metrics of the first round).
@@ -150,8 +156,7 @@ def collect(step, model, tok, args, rcfg, dist: Dist):
             t.group = rnd * P + dist.rank * Pl + i // G
         if rnd == 0:
             first = trajs                                              # the unfiltered batch: MI, rollout/*
-        R = torch.tensor(dist.gather([[t.ret for t in trajs[g * G:(g + 1) * G]] for g in range(Pl)]),
-                         dtype=torch.float64)                           # (P, G), rows in global group order
+        R = gather_returns(trajs, G, dist)                             # (P, G), rows in global group order
         keep = torch.ones(P, dtype=torch.bool)
         if args.dynamic_sampling:                                      # DAPO: only groups with non-zero RV
             keep = R.std(dim=1) > rvfilter.ZERO_TOL
@@ -199,10 +204,8 @@ def grad_analysis(local, first, R, owner, model, critic, frozen, tok, args, dist
     forked, so a run with the analysis trains exactly like one without."""
     if args.dynamic_sampling:
         G, Pl = args.group_size, args.groups // dist.world
-        local = first
-        R = torch.tensor(dist.gather([[t.ret for t in first[g * G:(g + 1) * G]] for g in range(Pl)]),
-                         dtype=torch.float64)                                           # (P, G) round 0
-        owner = torch.arange(args.groups) // Pl
+        local, owner = first, torch.arange(args.groups) // Pl                  # round 0, before resampling
+        R = gather_returns(first, G, dist)
     dev = next(model.parameters()).device
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         fall = rvfilter.apply_filter(R, rvfilter.FilterConfig(strategy="none"))

@@ -70,6 +70,19 @@ def plan(batch, args, dist) -> list:
     return out
 
 
+def loss_terms(logp, ent, old_logp, batch, r, mask, args) -> dict[str, torch.Tensor]:
+    """The policy's loss terms for micro-batch rows r, aggregated by --loss-agg and WITHOUT coefficients:
+    pg (clipped surrogate), entropy (the bonus H), kl (only when --kl-coef > 0). Also snr.py's components."""
+    dev, agg = logp.device, args.loss_agg
+    out = {"pg": algos.policy_loss(logp, old_logp, batch["adv"][r].to(dev), mask, args.clip_low, args.clip_high,
+                                   agg, args.clip_c, norm_len=args.max_new_tokens),
+           "entropy": algos.entropy_bonus(ent, mask, agg, norm_len=args.max_new_tokens)}
+    if args.kl_coef > 0:
+        out["kl"] = algos.agg_loss(algos.kl_term(logp, batch["ref_logp"][r].to(dev), args.kl_kind), mask, agg,
+                                   norm_len=args.max_new_tokens)
+    return out
+
+
 def update(model, critic, opt, copt, batch, args, dist) -> dict:
     """Mini-batch PPO-style updates on the kept batch (batch["plan"], see `plan`). Every loss term of a micro-batch
     is weighted by its share of the mini-batch's global normaliser, so gradient accumulation over micro-batches
@@ -82,23 +95,20 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
         for denom, micros in batch["plan"]:
             for r in micros:
                 ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
-                share = float(algos.agg_count(mask, agg)) / denom           # micro-batch's part of the global normaliser
+                share = float(algos.agg_count(mask, agg)) / denom  # micro-batch's part of the global normaliser
                 with policy.autocast(dev, enabled=None if args.bf16 else False):
                     logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True,
                                                       temperature=args.temperature)
                 adv = batch["adv"][r].to(dev)
-                pg = algos.policy_loss(logp, batch["old_logp"][r].to(dev), adv, mask, args.clip_low, args.clip_high,
-                                       agg, args.clip_c, norm_len=args.max_new_tokens)
+                terms = loss_terms(logp, ent, batch["old_logp"][r].to(dev), batch, r, mask, args)
+                pg, h = terms["pg"], terms["entropy"]
                 loss = pg
-                h = algos.entropy_bonus(ent, mask, agg, norm_len=args.max_new_tokens)
                 stats[1] += float(h.detach()) * share                 # logged whatever the coefficient
                 if args.entropy_coef > 0:
                     loss = loss - args.entropy_coef * h
                 if args.kl_coef > 0:
-                    kl = algos.agg_loss(algos.kl_term(logp, batch["ref_logp"][r].to(dev), args.kl_kind), mask, agg,
-                                        norm_len=args.max_new_tokens)
-                    loss = loss + args.kl_coef * kl
-                    stats[2] += float(kl.detach()) * share
+                    loss = loss + args.kl_coef * terms["kl"]
+                    stats[2] += float(terms["kl"].detach()) * share
                 (loss * share).backward()
                 ps = algos.policy_loss_stats(logp.detach(), batch["old_logp"][r].to(dev), adv, mask,
                                              args.clip_low, args.clip_high, args.clip_c)
