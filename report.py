@@ -4,29 +4,42 @@ The referee's requests this file answers (review.md, "Missing seed variance", "P
 "Overstated 'twice as reliably'"):
 
 * every arm is summarised over seeds as mean +/- std (sample std, ddof=1) with the seed count printed next to it;
-* three task metrics per run, read from the validation curve `val/success`:
+* three task metrics per run, read from the validation curve `val/success` of the evaluations made *during*
+  training (the pre-training evaluation, logged at step -1, is reported apart as `initial`):
     peak  = max over evaluations (the paper's headline, biased upwards by noise),
     final = mean of the last `--final-window` evaluations,
-    auc   = mean over all evaluations (area under the learning curve divided by its length);
+    auc   = mean over all evaluations (area under the learning curve divided by its length),
+    stable = no evaluation below 0.01 (the paper's Table 9 mark);
+* `--columns` adds diagnostics per arm (MI, entropy, format, kept fraction, seconds per step, ...): `KEY` = mean of
+  its last `--final-window` logged values, `KEY@peak` = its value at the step of the validation peak (the paper's
+  Tables 6, 7, 9 report MI and entropy that way), `KEY@mean` = its mean over the run;
+* `--pairs` prints paired between-arm differences: per seed, arm A minus arm B, then mean +/- std over seeds and
+  how many seeds agree in sign (a difference that does not survive the seed spread is not a result);
 * `--spearman KEY` correlates a per-run diagnostic (its mean over the run, e.g. `mi_trajectory/mi_zscore_ema`)
-  with each task metric across runs (the paper's Fig. 8/9 claim), Spearman's rho with average ranks for ties.
+  with each task metric across runs (the paper's Fig. 8/9 claim), Spearman's rho with average ranks for ties;
+* `--figure PATH` draws chosen curves per arm over training steps, mean with a +/- 1 std band over seeds;
+  `--page PATH` writes all of the above as one Markdown page (experiments/RESULTS.md is written this way).
 
 Arms are formed by grouping runs whose `config.json` flags agree on everything except `seed`, `name`, `resume`
-and the bookkeeping flags; `--arm-by a,b` groups by chosen flags instead.
+and the bookkeeping flags; `--arm-by a,b` groups by chosen flags instead, and `--arm-by name` by the run name with
+its `-s<seed>` suffix removed (what experiments/paper.py names its runs). Unknown flags or metric keys are errors.
 
-What it leaves out: significance tests beyond rho (with few seeds a permutation p-value is printed for rho, not
-a t-test), and any smoothing of curves.
+What it leaves out: significance tests beyond rho and the seed-sign count (with 3 seeds a t-test says little), and
+any smoothing of curves.
 
 Run:
     python report.py runs/*                       # table of arms, mean +/- std over seeds
     python report.py runs/* --arm-by filter,filter_value --spearman mi_trajectory/mi_zscore_ema
-    python report.py --plot runs/demo             # (re)write runs/demo/plots/*.png
+    python report.py runs/c-* --arm-by name --columns mi_first_turn/mi_estimate,train/entropy --pairs a-s:b-s
+    python report.py --plot runs/demo             # (re)write runs/demo/plots/overview.png (+ grad_buckets.png)
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -65,13 +78,38 @@ def curve(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(s, dtype=float), np.asarray(v, dtype=float)
 
 
+TASK = ("final", "auc", "peak")              # the order the tables print them in: never the peak alone
+
+
 def task_metrics(rows: list[dict], key: str = "val/success", final_window: int = 3) -> dict:
-    """peak / final / auc of one run's validation curve (NaN if it was never evaluated)."""
-    _, v = curve(rows, key)
+    """peak / final / auc / stable of one run's validation curve over the evaluations made during training, and
+    `initial` = the pre-training evaluation (step -1), kept out of the other four. NaN where there is no data."""
+    s, v = curve(rows, key)
+    init = v[s < 0]
+    s, v = s[s >= 0], v[s >= 0]
+    out = {"initial": float(init[-1]) if init.size else math.nan}
     if v.size == 0:
-        return {"peak": math.nan, "final": math.nan, "auc": math.nan, "n_evals": 0}
-    return {"peak": float(v.max()), "final": float(v[-final_window:].mean()), "auc": float(v.mean()),
-            "n_evals": int(v.size)}
+        return {**out, "peak": math.nan, "final": math.nan, "auc": math.nan, "stable": math.nan, "n_evals": 0,
+                "peak_step": math.nan}
+    return {**out, "peak": float(v.max()), "final": float(v[-final_window:].mean()), "auc": float(v.mean()),
+            "stable": float(v.min() >= 0.01), "n_evals": int(v.size), "peak_step": float(s[int(v.argmax())])}
+
+
+def column_value(rows: list[dict], spec: str, final_window: int = 3) -> float:
+    """One diagnostic of one run (see the module docstring): `KEY`, `KEY@peak`, `KEY@mean` or `KEY@first`."""
+    key, _, how = spec.partition("@")
+    if how not in ("", "peak", "mean", "first"):
+        raise SystemExit(f"column {spec!r}: the part after @ must be peak, mean or first")
+    s, v = curve(rows, key)
+    s, v = s[s >= 0], v[s >= 0]
+    if v.size == 0:
+        return math.nan
+    if how == "first":
+        return float(v[0])
+    if how == "peak":
+        peak_step = task_metrics(rows, final_window=final_window)["peak_step"]
+        return math.nan if math.isnan(peak_step) else float(v[int(np.argmin(np.abs(s - peak_step)))])
+    return float(v.mean()) if how == "mean" else float(v[-final_window:].mean())
 
 
 def spearman(x, y) -> float:
@@ -105,9 +143,12 @@ def _avg_rank(a: np.ndarray) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------------- arms
 def load_runs(dirs: list[str]) -> list[dict]:
+    """Every given run directory that holds a config.json (a missing path is an error, a stray file is skipped)."""
     runs = []
     for d in dirs:
         p = Path(d)
+        if not p.exists():
+            raise SystemExit(f"{d}: no such run directory")
         if not (p / "config.json").exists():
             continue
         runs.append({"dir": str(p), "flags": json.loads((p / "config.json").read_text())["flags"],
@@ -116,28 +157,76 @@ def load_runs(dirs: list[str]) -> list[dict]:
 
 
 def arm_key(flags: dict, arm_by: list[str] | None) -> str:
+    if arm_by == ["name"]:                                   # experiments/paper.py names runs <arm>-s<seed>
+        return re.sub(r"-s\d+$", "", str(flags.get("name")))
     if arm_by:
         return ", ".join(f"{k}={flags.get(k)}" for k in arm_by)
     return json.dumps({k: v for k, v in sorted(flags.items()) if k not in BOOKKEEPING}, sort_keys=True)
 
 
-def summarise(runs: list[dict], arm_by: list[str] | None, final_window: int = 3) -> list[dict]:
-    """One row per arm: mean +/- std over seeds of peak/final/auc."""
+def check_keys(runs: list[dict], arm_by: list[str] | None = None, keys: list[str] = ()) -> None:
+    """Refuse --arm-by flags that no run has and metric keys that no run logged (nan columns hide typos)."""
+    for k in arm_by or []:
+        if not any(k in r["flags"] for r in runs):
+            raise SystemExit(f"--arm-by: no run has a flag {k!r} (flags look like: {', '.join(sorted(runs[0]['flags'])[:8])}, ...)")
+    for spec in keys:
+        key = spec.partition("@")[0]
+        if not any(curve(r["rows"], key)[1].size for r in runs):
+            raise SystemExit(f"no run logged the metric {key!r} (see one line of a run's metrics.jsonl for the keys)")
+
+
+def group_arms(runs: list[dict], arm_by: list[str] | None) -> dict[str, list[dict]]:
+    """arm label -> its runs, in the order the arms first appear."""
     arms: dict[str, list[dict]] = {}
     for r in runs:
         arms.setdefault(arm_key(r["flags"], arm_by), []).append(r)
+    if not arm_by:
+        arms = {_short_arm(members, runs): members for members in arms.values()}
+    return arms
+
+
+def mean_std(vals) -> tuple[float, float]:
+    """(mean, sample std) over the finite values; std is NaN with fewer than 2."""
+    vals = np.asarray(vals, float)
+    vals = vals[~np.isnan(vals)]
+    return (float(vals.mean()) if vals.size else math.nan, float(vals.std(ddof=1)) if vals.size > 1 else math.nan)
+
+
+def summarise(runs: list[dict], arm_by: list[str] | None, final_window: int = 3, columns: list[str] = ()) -> list[dict]:
+    """One row per arm: mean +/- std over seeds of initial/final/auc/peak/stable and of every --columns entry."""
     table = []
-    for key, members in arms.items():
+    for label, members in group_arms(runs, arm_by).items():
         ms = [task_metrics(r["rows"], final_window=final_window) for r in members]
-        row = {"arm": key if arm_by else _short_arm(members, runs), "n_seeds": len(members),
-               "seeds": sorted(r["flags"].get("seed") for r in members)}
-        for m in ("peak", "final", "auc"):
-            vals = np.array([x[m] for x in ms], float)
-            vals = vals[~np.isnan(vals)]
-            row[m] = (float(vals.mean()) if vals.size else math.nan,
-                      float(vals.std(ddof=1)) if vals.size > 1 else math.nan)
+        row = {"arm": label, "n_seeds": len(members), "seeds": sorted(r["flags"].get("seed") for r in members)}
+        for m in ("initial", *TASK, "stable"):
+            row[m] = mean_std([x[m] for x in ms])
+        for spec in columns:
+            row[spec] = mean_std([column_value(r["rows"], spec, final_window) for r in members])
         table.append(row)
     return table
+
+
+def paired_differences(runs: list[dict], arm_by: list[str] | None, pairs: list[tuple[str, str]],
+                       final_window: int = 3, columns: list[str] = ()) -> list[dict]:
+    """For each (A, B): per seed present in both arms, metric(A) - metric(B); mean +/- std over those seeds and
+    the number of seeds with a positive difference (task metrics and every --columns entry)."""
+    arms = group_arms(runs, arm_by)
+    out = []
+    for a, b in pairs:
+        for name in (a, b):
+            if name not in arms:
+                raise SystemExit(f"--pairs: no arm named {name!r}; arms: {', '.join(arms)}")
+        by_seed = [{r["flags"].get("seed"): r for r in arms[x]} for x in (a, b)]
+        seeds = sorted(set(by_seed[0]) & set(by_seed[1]))
+        row = {"pair": f"{a} − {b}", "seeds": seeds}
+        for m in (*TASK, *columns):
+            def value(r):
+                return (task_metrics(r["rows"], final_window=final_window)[m] if m in TASK
+                        else column_value(r["rows"], m, final_window))
+            d = np.array([value(by_seed[0][sd]) - value(by_seed[1][sd]) for sd in seeds], float)
+            row[m] = (*mean_std(d), int((d > 0).sum()), int((~np.isnan(d)).sum()))
+        out.append(row)
+    return out
 
 
 def _short_arm(members: list[dict], runs: list[dict]) -> str:
@@ -148,16 +237,81 @@ def _short_arm(members: list[dict], runs: list[dict]) -> str:
     return ", ".join(f"{k}={f.get(k)}" for k in sorted(varying)) or "all runs"
 
 
-def format_table(table: list[dict]) -> str:
-    lines = ["| arm | seeds | peak | final | AUC |", "|---|---|---|---|---|"]
+def _cell(m: float, s: float) -> str:
+    if math.isnan(m):
+        return "–"
+    return f"{m:.3f} ± {s:.3f}" if not math.isnan(s) else f"{m:.3f} (1 seed)"
+
+
+def format_table(table: list[dict], columns: list[str] = (), task: bool = True) -> str:
+    """Markdown: one row per arm, task metrics (initial, final, AUC, peak, stable: never the peak alone), then the
+    diagnostics (task=False: the diagnostics only)."""
+    metrics = [*(("initial", *TASK, "stable") if task else ()), *columns]
+    head = ["arm", "seeds", *metrics]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table:
-        cells = [f"{m:.3f} ± {s:.3f}" if not math.isnan(s) else f"{m:.3f} (1 seed)" for m, s in
-                 (row["peak"], row["final"], row["auc"])]
-        lines.append(f"| {row['arm']} | {row['n_seeds']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row['arm']} | {row['n_seeds']} | " + " | ".join(_cell(*row[m]) for m in metrics) + " |")
+    return "\n".join(lines)
+
+
+def format_pairs(rows: list[dict], columns: list[str] = (), task: bool = True) -> str:
+    """Markdown: one row per pair, mean +/- std of the per-seed difference and (positive seeds / seeds)."""
+    metrics = [*(TASK if task else ()), *columns]
+    head = ["A − B (per seed)", "seeds", *metrics]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [f"{_cell(m, s)} ({pos}/{n} > 0)" if n else "–" for m, s, pos, n in (row[k] for k in metrics)]
+        lines.append(f"| {row['pair']} | {len(row['seeds'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------------ plots
+def arm_curves(members: list[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, mean, std, n) over the seeds of one arm, at every step where at least one seed logged `key`."""
+    per_step: dict[float, list[float]] = {}
+    for r in members:
+        for st, v in zip(*curve(r["rows"], key)):
+            per_step.setdefault(st, []).append(v)
+    steps = np.array(sorted(per_step))
+    vals = [np.array(per_step[st]) for st in steps]
+    return (steps, np.array([v.mean() for v in vals]), np.array([v.std(ddof=1) if v.size > 1 else 0.0 for v in vals]),
+            np.array([v.size for v in vals]))
+
+
+def plot_arms(runs: list[dict], arm_by: list[str] | None, keys: list[str], path: str | Path,
+              title: str = "") -> Path:
+    """One panel per metric key; per arm its mean over seeds with a +/- 1 std band (the seed spread)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    arms = group_arms(runs, arm_by)
+    cols = min(3, len(keys))
+    nrow = (len(keys) + cols - 1) // cols
+    fig, axes = plt.subplots(nrow, cols, figsize=(4.3 * cols, 3.0 * nrow), squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        for i, (label, members) in enumerate(arms.items()):
+            st, mu, sd, n = arm_curves(members, key)
+            if st.size:
+                ax.plot(st, mu, marker="o", ms=3, color=f"C{i}", label=f"{label} (n={len(members)})")
+                ax.fill_between(st, mu - sd, mu + sd, color=f"C{i}", alpha=0.18, lw=0)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.ticklabel_format(axis="y", useOffset=False)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=6)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_run(run_dir: str | Path) -> list[Path]:
     """Write one PNG per panel with data into `<run>/plots/`, plus an overview grid. Returns the paths."""
     import matplotlib
@@ -202,6 +356,81 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     return paths
 
 
+# ------------------------------------------------------------------------------------------ verdict and page
+# The template-collapse pattern of the paper (§2.3): I(X;Z) falls toward its permutation null while the token
+# entropy stays level and the format stays valid. Per seed, with the policy-scored first-turn MI-Est:
+MI, NULL, ENT, FMT = ("mi_first_turn/mi_estimate", "mi_first_turn/mi_estimate_null_mean", "train/entropy",
+                      "rollout/format_ok_rate")
+COLLAPSE_RULE = ("MI-Est above its null has fallen to less than half of its first value, token entropy has kept at "
+                 "least half of its first value and at least 80 % of turns are well-formed (last logged values)")
+
+
+def collapsed(rows: list[dict], final_window: int = 1) -> bool | None:
+    """COLLAPSE_RULE on one run; None when the run did not log MI with a permutation null."""
+    v = {k: (column_value(rows, k + "@first"), column_value(rows, k, final_window)) for k in (MI, NULL, ENT, FMT)}
+    if any(math.isnan(x) for pair in v.values() for x in pair):
+        return None
+    gap0, gap1 = v[MI][0] - v[NULL][0], v[MI][1] - v[NULL][1]
+    return bool(gap1 < 0.5 * gap0 and v[ENT][1] >= 0.5 * v[ENT][0] and v[FMT][1] >= 0.8)
+
+
+def verdict_lines(runs: list[dict], arm_by: list[str] | None, pairs: list[dict], final_window: int = 3) -> list[str]:
+    """Plain-words verdicts from fixed rules: template collapse per arm (COLLAPSE_RULE, counted over seeds) and,
+    per pair, whether A beats B on final validation success beyond the seed spread (every seed the same sign and
+    |mean| > std of the paired difference); otherwise 'not resolved'."""
+    out = []
+    for label, members in group_arms(runs, arm_by).items():
+        flags = [collapsed(r["rows"]) for r in members]
+        known = [f for f in flags if f is not None]
+        if known:
+            out.append(f"- **{label}**: template collapse (rule above) in {sum(known)} of {len(known)} seeds.")
+    for row in pairs:
+        m, sd, pos, n = row["final"]
+        if not n:
+            continue
+        same_sign = pos in (0, n)
+        beyond = same_sign and n >= 2 and not math.isnan(sd) and abs(m) > sd
+        word = ("higher" if m > 0 else "lower") if beyond else "not resolved (within the seed spread)"
+        out.append(f"- **{row['pair']}**, final validation success: {m:+.3f} ± {sd:.3f} over {n} seeds "
+                   f"({pos}/{n} positive): {word}.")
+    return out
+
+
+def write_page(path: str | Path, runs: list[dict], arm_by: list[str] | None, columns: list[str],
+               pair_names: list[tuple[str, str]], figure_keys: list[str], intro: str = "", command: str = "",
+               final_window: int = 3) -> Path:
+    """One Markdown page: intro, per-arm table, paired differences, verdict lines, figure (next to the page)."""
+    path = Path(path)
+    table = summarise(runs, arm_by, final_window, columns)
+    pairs = paired_differences(runs, arm_by, pair_names, final_window, columns) if pair_names else []
+    parts = [intro.rstrip() + "\n"] if intro else []
+    if command:
+        parts.append(f"Regenerate this page (no training): `{command}`\n")
+    parts += ["## Per arm (mean ± std over seeds)\n",
+              f"Validation success: `initial` = before training (not counted), `final` = mean of the last "
+              f"{final_window} evaluations, `AUC` = mean over all evaluations during training, `peak` = best "
+              "evaluation, `stable` = fraction of seeds never below 0.01.\n", format_table(table) + "\n"]
+    if columns:
+        parts += [f"Diagnostics: a key alone = mean of its last {final_window} logged values, `@first` = its first "
+                  "logged value, `@peak` = at the validation peak, `@mean` = mean over the run.\n",
+                  format_table(table, columns, task=False) + "\n"]
+    if pairs:
+        parts += ["## Paired differences between arms\n", "Per seed, arm A minus arm B (the same seed means the "
+                  "same environment instances); mean ± std over seeds and how many seeds are positive.\n",
+                  format_pairs(pairs) + "\n"]
+        if columns:
+            parts.append(format_pairs(pairs, columns, task=False) + "\n")
+    lines = verdict_lines(runs, arm_by, pairs, final_window)
+    if lines:
+        parts += ["## Verdicts by fixed rules\n", f"Template collapse: {COLLAPSE_RULE}. A between-arm difference "
+                  "counts only when every seed has the same sign and the mean exceeds the std.\n", *lines, ""]
+    if figure_keys:
+        fig = plot_arms(runs, arm_by, figure_keys, path.with_suffix(".png"), title=path.stem)
+        parts += ["## Curves over training (mean, band = ± 1 std over seeds)\n", f"![curves]({fig.name})\n"]
+    path.write_text("\n".join(parts))
+    return path
+
+
 def _finite(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
@@ -212,6 +441,13 @@ def main(argv=None) -> None:
     ap.add_argument("--arm-by", default="", help="comma-separated flags that define an arm (default: all but seed)")
     ap.add_argument("--final-window", type=int, default=3, help="evaluations averaged for the 'final' metric")
     ap.add_argument("--spearman", default="", help="metric key whose per-run mean is correlated with task metrics")
+    ap.add_argument("--columns", default="", help="comma-separated diagnostics per arm: KEY, KEY@peak, KEY@mean, KEY@first")
+    ap.add_argument("--pairs", default="", help="paired differences, 'A:B,C:D' with arm labels (e.g. with --arm-by name)")
+    ap.add_argument("--figure-keys", default="", help="comma-separated metric keys drawn per arm over steps")
+    ap.add_argument("--page", default="", help="write everything as a Markdown page here (figure next to it)")
+    ap.add_argument("--intro", default="", help="a Markdown file put at the top of --page")
+    ap.add_argument("--missing-ok", action="store_true", help="show metric keys that no run logged as '–' instead of "
+                    "failing (smoke runs of the random tiny model never write a well-formed reasoning, so no MI)")
     ap.add_argument("--plot", action="store_true", help="write <run>/plots/overview.png for every run")
     args = ap.parse_args(argv)
     if args.final_window < 1:
@@ -225,7 +461,26 @@ def main(argv=None) -> None:
     if not runs:
         raise SystemExit("no run directories with a config.json among the arguments")
     arm_by = [a.strip() for a in args.arm_by.split(",") if a.strip()] or None
-    print(format_table(summarise(runs, arm_by, args.final_window)))
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    figure_keys = [c.strip() for c in args.figure_keys.split(",") if c.strip()]
+    pairs = [tuple(p.split(":")) for p in args.pairs.split(",") if p.strip()]
+    if any(len(p) != 2 for p in pairs):
+        raise SystemExit(f"--pairs: expected 'A:B,C:D', got {args.pairs!r}")
+    check_keys(runs, None if arm_by == ["name"] else arm_by,
+               [] if args.missing_ok else [*columns, *figure_keys, *([args.spearman] if args.spearman else [])])
+    if args.page:
+        intro = Path(args.intro).read_text() if args.intro else ""
+        given = [str(a) for a in (argv if argv is not None else sys.argv[1:])]
+        parents = {str(Path(d).parent) for d in args.runs}
+        shown = [f"{parents.pop()}/*"] if len(parents) == 1 else args.runs
+        command = "python report.py " + " ".join(shown + [a for a in given if a not in args.runs])
+        print(f"wrote {write_page(args.page, runs, arm_by, columns, pairs, figure_keys, intro, command, args.final_window)}")
+        return
+    print(format_table(summarise(runs, arm_by, args.final_window, columns), columns))
+    if pairs:
+        print("\n" + format_pairs(paired_differences(runs, arm_by, pairs, args.final_window, columns), columns))
+    if figure_keys:
+        print(f"wrote {plot_arms(runs, arm_by, figure_keys, Path(args.runs[0]).parent / 'arms.png')}")
     if args.spearman:
         diag = [np.nanmean(curve(r["rows"], args.spearman)[1]) if curve(r["rows"], args.spearman)[1].size
                 else math.nan for r in runs]

@@ -6,7 +6,10 @@ What it implements (paper section 4 / App. B; official-code facts in spec/refere
   * metamathqa a MetaMathQA-format file (answer after "The answer is:") or built-in word problems with exact
                answers; normalised exact match; reward 1/2^attempt. 1 turn, 1 answer by default.
   * bandit     two arms named after an occupational pair: the low-risk arm pays 0.1, the high-risk arm pays
-               1.0 with probability 0.25 (else 0). Success = the high-risk arm was chosen.
+               1.0 with probability 0.25 (else 0). Success = the high-risk arm was chosen. Option
+               `payout="deterministic"` (not in the paper; experiments/classroom.py): the high-risk arm pays 1, the
+               low-risk arm 0, so a group's reward variance is p(1-p) of its success rate p (pure signal), and the
+               input-agnostic template "always the first-listed arm" succeeds 50 % of the time (fair arm order).
 They share the Env protocol of envs.py (reset/step/render, budgets, instructions) and are built through
 `envs.make_env`; envs.py's docstring lists the deliberate differences from the official code.
 
@@ -301,6 +304,7 @@ ARM_PAIRS = {
              ("Cashier", "DataScientist"), ("CivilServant", "StartupAccelerator")],
 }
 LOW_PAY, HIGH_PAY, HIGH_PROB = 0.1, 1.0, 0.25
+PAYOUTS = ("bernoulli", "deterministic")   # the paper's risky payout | reward 1 for the high-risk arm, 0 for the other
 
 
 class Bandit(Env):
@@ -314,11 +318,13 @@ class Bandit(Env):
     name = "bandit"
     action_names = []                                              # set by reset: the two arms of the instance
 
-    def __init__(self, split="train", payout_offset=0, max_tokens=100):
+    def __init__(self, split="train", payout_offset=0, max_tokens=100, payout="bernoulli"):
         super().__init__(1, 1, 1, max_tokens)
         if split not in ARM_PAIRS:
             raise ValueError(f"split must be one of {list(ARM_PAIRS)}, got {split!r}")
-        self.split = split
+        if payout not in PAYOUTS:
+            raise ValueError(f"payout must be one of {list(PAYOUTS)}, got {payout!r}")
+        self.split, self.payout = split, payout
         self.payout_offset = _int_opt("payout_offset", payout_offset, lo=0)
         self.instructions = "\n".join([
             "You are playing a bandit game. Goal: maximize your reward by choosing which of two arms to pull.",
@@ -340,7 +346,9 @@ class Bandit(Env):
                     f"<answer>{b}</answer>.")
 
     def _step(self, arm):
-        if arm == self.low:
+        if self.payout == "deterministic":                          # reward = success: RV is pure signal
+            reward = 1.0 if arm == self.high else 0.0
+        elif arm == self.low:
             reward = LOW_PAY
         else:                                                       # high risk: 1.0 w.p. 0.25, else 0
             reward = HIGH_PAY if self.payout_rng.random() < HIGH_PROB else 0.0

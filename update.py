@@ -4,8 +4,9 @@ mini-batch PPO-style optimizer steps (paper §2.1, §4.1; design.md "One trainin
 train.py calls `prepare_batch` then `update` once per step, after the filter. The formulas are in algos.py
 (advantages, clipped surrogate, aggregation, KL, entropy, value loss); this file is the machinery around them:
 
-  prepare_batch   kept trajectories -> (B, T) tensors in GLOBAL kept order; old log-probs at the rollout temperature,
-                  reference log-probs (KL on), values (PPO); GAE (+ whitening over every process's tokens) or group
+  prepare_batch   kept trajectories -> (B, T) tensors in GLOBAL kept order; old log-probs at the rollout temperature
+                  (skipped when the update is one pass over one mini-batch: then old = current exactly, and the
+                  update's own forward supplies them, as TRL does), reference log-probs (KL on), values (PPO); GAE (+ whitening over every process's tokens) or group
                   advantages (GRPO / Dr.GRPO), times the filter's soft weights and loss scale.
   plan            mini-batches cut from the global kept order, each with its global normaliser (tokens or
                   sequences, algos.agg_count), as local micro-batch row lists.
@@ -100,7 +101,8 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
                     logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True,
                                                       temperature=args.temperature)
                 adv = batch["adv"][r].to(dev)
-                terms = loss_terms(logp, ent, batch["old_logp"][r].to(dev), batch, r, mask, args)
+                old = logp.detach() if batch["old_logp"] is None else batch["old_logp"][r].to(dev)
+                terms = loss_terms(logp, ent, old, batch, r, mask, args)
                 pg, h = terms["pg"], terms["entropy"]
                 loss = pg
                 stats[1] += float(h.detach()) * share                 # logged whatever the coefficient
@@ -110,7 +112,7 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
                     loss = loss + args.kl_coef * terms["kl"]
                     stats[2] += float(terms["kl"].detach()) * share
                 (loss * share).backward()
-                ps = algos.policy_loss_stats(logp.detach(), batch["old_logp"][r].to(dev), adv, mask,
+                ps = algos.policy_loss_stats(logp.detach(), old, adv, mask,
                                              args.clip_low, args.clip_high, args.clip_c)
                 stats[0] += float(pg.detach()) * share
                 stats[4] += ps["pg_clipfrac"] * share
@@ -149,9 +151,10 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
 
 
 @torch.no_grad()
-def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist):
-    """Training tensors for this process's kept trajectories: old log-probs, reference log-probs, values,
-    advantages (token level), in the order of their global index."""
+def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist, reuse_old: bool = True):
+    """Training tensors for this process's kept trajectories: old log-probs (None when the update supplies them;
+    reuse_old=False always computes them), reference log-probs, values, advantages (token level), in the order of
+    their global index."""
     G = args.group_size
     dev = next(model.parameters()).device
     kept_set = set(fres.kept_traj.tolist())
@@ -167,17 +170,21 @@ def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist):
     batch["gidx"] = torch.tensor([gi for gi, _ in pairs], dtype=torch.long)
     ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
     batch["plan"] = plan(batch, args, dist)
+    # one pass over one mini-batch: no optimizer step happens before a row's loss, so old = current and the update's
+    # forward gives them (ratio exactly 1); otherwise a separate no-grad pass now, on the update's micro-batches
+    old_now = not (args.ppo_epochs == 1 and len(batch["plan"]) == 1) or reuse_old is False
     old, refl, vals = torch.zeros(ids.shape), torch.zeros(ids.shape), torch.zeros(ids.shape)
-    for sl in [r for _, micros in batch["plan"] for r in micros]:
+    for sl in [r for _, micros in batch["plan"] for r in micros] if (old_now or ref is not None or critic is not None) else []:
         a = (ids[sl].to(dev), attn[sl].to(dev), mask[sl].to(dev))
         with policy.autocast(dev, enabled=None if args.bf16 else False):
             # log-probs of the sampling policy: logits / rollout temperature (as verl); 1.0 by default
-            old[sl] = policy.token_logprobs(model, *a, temperature=args.temperature)[0].cpu()
+            if old_now:
+                old[sl] = policy.token_logprobs(model, *a, temperature=args.temperature)[0].cpu()
             if ref is not None:
                 refl[sl] = policy.token_logprobs(ref, *a, temperature=args.temperature)[0].cpu()
             if critic is not None:
                 vals[sl] = critic.values(a[0], a[1]).cpu()
-    batch["old_logp"], batch["ref_logp"], batch["values"] = old, refl, vals * mask
+    batch["old_logp"], batch["ref_logp"], batch["values"] = (old if old_now else None), refl, vals * mask
     # advantages: one scalar per trajectory (group estimators) or per token (GAE)
     weight = {int(gi): float(w) for gi, w in zip(fres.kept_traj, fres.adv_weight)}
     w = torch.tensor([weight[int(gi)] for gi in batch["gidx"]]) * fres.loss_scale          # (B,)

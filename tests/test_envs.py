@@ -479,6 +479,24 @@ def test_bandit_members_share_the_prompt_but_not_the_coin():
         assert make_env(env).reset(5, member=0) == make_env(env).reset(5, member=4)
 
 
+def test_bandit_deterministic_payout_is_success_and_template_gets_half():
+    """payout=deterministic: reward 1 exactly when the high-risk arm is chosen, 0 otherwise, the same for every
+    group member; 'always the first-listed arm' (an input-agnostic template) succeeds on about half the seeds."""
+    first_arm_wins = []
+    for seed in range(2000):
+        members = [make_env("bandit", payout="deterministic") for _ in range(4)]
+        for k, env in enumerate(members):
+            env.reset(seed, member=k)
+        assert [m.step(m.high)[1] for m in members[:2]] == [1.0, 1.0]
+        assert [m.step(m.low)[1] for m in members[2:]] == [0.0, 0.0]
+        env = make_env("bandit", payout="deterministic")
+        env.reset(seed)
+        _, reward, _, info = env.step(env.action_names[0])
+        assert reward == float(info["success"])
+        first_arm_wins.append(reward)
+    assert abs(np.mean(first_arm_wins) - 0.5) < 0.04                # 2000 fair coins, sd ~0.011
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("name, options, match", [
     ("sokoban", {"num_boxes": 15}, "num_boxes"), ("sokoban", {"dim": 3}, "dim"),
@@ -491,6 +509,7 @@ def test_bandit_members_share_the_prompt_but_not_the_coin():
     ("countdown", {"max_turns": 3}, "valid options"), ("countdown", {"data_path": "/nonexistent.jsonl"}, "data_path"),
     ("metamathqa", {"numeric_match": 1}, "numeric_match"), ("metamathqa", {"data_path": __file__}, "data_path"),
     ("bandit", {"split": "val"}, "split"), ("bandit", {"payout_offset": -1}, "payout_offset"),
+    ("bandit", {"payout": "fixed"}, "payout"),
 ])
 def test_impossible_options_raise_value_error_naming_them(name, options, match):
     with pytest.raises(ValueError, match=match):

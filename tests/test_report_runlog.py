@@ -40,8 +40,85 @@ def test_spearman_ties_use_average_ranks():
 def test_task_metrics_peak_final_auc():
     rows = [{"step": s, "val/success": v} for s, v in enumerate([0.1, 0.5, 0.2, 0.3, 0.4])]
     m = report.task_metrics(rows, final_window=2)
-    assert m == {"peak": 0.5, "final": pytest.approx(0.35), "auc": pytest.approx(0.3), "n_evals": 5}
+    assert m == {"initial": pytest.approx(math.nan, nan_ok=True), "peak": 0.5, "final": pytest.approx(0.35),
+                 "auc": pytest.approx(0.3), "stable": 1.0, "n_evals": 5, "peak_step": 1.0}
     assert math.isnan(report.task_metrics([{"step": 0}])["peak"])
+
+
+def test_initial_evaluation_is_reported_apart():
+    """The pre-training evaluation (step -1) is `initial`, never part of final / AUC / peak / stable."""
+    rows = [{"step": -1, "val/success": 0.9}, {"step": 4, "val/success": 0.0}, {"step": 9, "val/success": 0.2}]
+    m = report.task_metrics(rows, final_window=1)
+    assert (m["initial"], m["peak"], m["final"], m["n_evals"], m["stable"]) == (0.9, 0.2, 0.2, 2, 0.0)
+    assert m["auc"] == pytest.approx(0.1) and m["peak_step"] == 9.0
+    rows.append({"step": -1, "mi/x": 5.0})
+    rows += [{"step": 3, "mi/x": 1.0}, {"step": 6, "mi/x": 2.0}, {"step": 9, "mi/x": 4.0}]
+    assert report.column_value(rows, "mi/x@first") == 1.0                    # step -1 is not 'first'
+    assert report.column_value(rows, "mi/x", final_window=2) == 3.0
+    assert report.column_value(rows, "mi/x@mean") == pytest.approx(7 / 3)
+    assert report.column_value(rows, "mi/x@peak") == 4.0                     # logged at the peak step 9
+    assert math.isnan(report.column_value(rows, "nope"))
+
+
+def test_paired_differences_match_per_seed_and_count_signs(tmp_path):
+    """A - B per seed (matched by seed, unmatched seeds dropped), mean +/- sample std, positives counted."""
+    a = {0: [0.1, 0.5], 1: [0.2, 0.6], 2: [0.3, 0.1]}
+    b = {0: [0.0, 0.2], 1: [0.1, 0.3], 2: [0.4, 0.4], 3: [0.9, 0.9]}
+    dirs = [_fake_run(tmp_path, f"A-s{s}", {"seed": s, "name": f"A-s{s}"}, v) for s, v in a.items()]
+    dirs += [_fake_run(tmp_path, f"B-s{s}", {"seed": s, "name": f"B-s{s}"}, v) for s, v in b.items()]
+    runs = report.load_runs([str(d) for d in dirs])
+    (row,) = report.paired_differences(runs, ["name"], [("A", "B")], final_window=1)
+    d = np.array([0.5 - 0.2, 0.6 - 0.3, 0.1 - 0.4])                   # final = last evaluation
+    assert row["seeds"] == [0, 1, 2] and row["pair"] == "A − B"
+    m, sd, pos, n = row["final"]
+    assert (m, sd, pos, n) == (pytest.approx(d.mean()), pytest.approx(d.std(ddof=1)), 2, 3)
+    verdict = report.verdict_lines(runs, ["name"], [row], final_window=1)
+    assert "not resolved" in verdict[-1]                              # one seed of three disagrees in sign
+    with pytest.raises(SystemExit, match="no arm named 'C'"):
+        report.paired_differences(runs, ["name"], [("A", "C")])
+
+
+def test_unknown_keys_and_missing_directories_are_errors(tmp_path, capsys):
+    d = _fake_run(tmp_path, "r-s0", {"seed": 0, "name": "r-s0", "filter": "none"}, [0.1, 0.2])
+    with pytest.raises(SystemExit, match="--arm-by: no run has a flag 'filtr'"):
+        report.main([str(d), "--arm-by", "filtr"])
+    with pytest.raises(SystemExit, match="no run logged the metric 'mi/nothing'"):
+        report.main([str(d), "--spearman", "mi/nothing"])
+    with pytest.raises(SystemExit, match="no run logged"):
+        report.main([str(d), "--columns", "val/succes"])
+    with pytest.raises(SystemExit, match="no such run directory"):
+        report.main([str(tmp_path / "missing")])
+    report.main([str(d), "--arm-by", "name", "--columns", "mi/x@first,mi/x"])
+    assert "| r | 1 |" in capsys.readouterr().out
+
+
+def test_page_has_tables_pairs_verdicts_and_figure(tmp_path):
+    """write_page: the per-arm table, the paired table, the collapse verdict and a figure next to the page."""
+    rows = {"collapsing": ([1.0, 0.9, 0.2], [0.1, 0.1, 0.1], [2.0, 1.9, 1.8]),    # MI, null, entropy per step
+            "healthy": ([1.0, 1.0, 0.9], [0.1, 0.1, 0.1], [2.0, 1.9, 1.8]),
+            "entropy-gone": ([1.0, 0.5, 0.1], [0.1, 0.1, 0.1], [2.0, 0.5, 0.2])}
+    dirs = []
+    for arm, (mi, null, ent) in rows.items():
+        for seed in (0, 1):
+            d = tmp_path / f"{arm}-s{seed}"
+            log = runlog.RunLog(d)
+            log.write_config({"seed": seed, "name": d.name})
+            log.log(-1, {"val/success": 0.0})
+            for s in range(3):
+                log.log(s, {"val/success": 0.1 * s + 0.01 * seed, report.MI: mi[s], report.NULL: null[s],
+                            report.ENT: ent[s], report.FMT: 1.0})
+            log.close()
+            dirs.append(str(d))
+    page = tmp_path / "page" / "RESULTS.md"
+    page.parent.mkdir()
+    report.main([*dirs, "--arm-by", "name", "--columns", f"{report.MI}@first,{report.MI}", "--pairs",
+                 "healthy:collapsing", "--figure-keys", f"val/success,{report.MI}", "--page", str(page)])
+    text = page.read_text()
+    assert "**collapsing**: template collapse (rule above) in 2 of 2 seeds" in text
+    assert "**healthy**: template collapse (rule above) in 0 of 2 seeds" in text
+    assert "**entropy-gone**: template collapse (rule above) in 0 of 2 seeds" in text
+    assert "| healthy − collapsing | 2 |" in text and (page.parent / "RESULTS.png").stat().st_size > 1000
+    assert f"python report.py {tmp_path}/* --arm-by name" in text
 
 
 def test_summarise_groups_seeds_into_arms(tmp_path):

@@ -190,7 +190,7 @@ def test_every_experiment_arm_is_a_valid_config():
             for _, argv in paper.runs(name, scale, [0], [], "runs"):
                 a, _ = config.resolve(["0.0004" if x == "@diluted" else x for x in argv])
                 n += 1
-    assert n == 2 * sum(len(arms) for _, arms, _ in paper.EXPERIMENTS.values())
+    assert n == len(paper.SCALES) * sum(len(arms) for _, arms, _ in paper.EXPERIMENTS.values())
     q, _ = config.resolve([x if x != "@diluted" else "0" for x in paper.runs("quartiles", "paper", [1], [], "r")[2][1]])
     assert (q.filter, q.filter_quartile, q.seed, q.env, q.groups) == ("none", 3, 1, "sokoban", 8)
 
@@ -212,6 +212,35 @@ def test_old_logprobs_use_the_update_micro_batches():
         with torch.no_grad():
             lp, _ = policy.token_logprobs(model, *(batch[k][r] for k in ("input_ids", "attention_mask", "loss_mask")))
         assert torch.equal(lp, batch["old_logp"][r])
+
+
+def test_skipped_old_logprob_pass_gives_the_same_update():
+    """One epoch over one mini-batch: the update's own forward supplies old log-probs (no separate pass). The
+    parameters after the update equal those of the update with a separate old-log-prob pass."""
+    import copy
+    import filter as rvfilter
+    model, tok = policy.load("tiny", seed=0)
+    args, _ = config.resolve(["--model", "tiny", "--algo", "grpo", "--groups", "2", "--group-size", "3",
+                              "--mini-batch", "8", "--micro-batch", "2", "--filter", "none", "--no-bf16", "--lr", "1e-3"])
+    trajs, R = scripted_batch(tok, [[(" Left", 1.0), (" Right", 0.0), (" Up", 0.5)],
+                                    [(" Down", 0.2), (" Right", 0.0), (" Left Left", 0.7)]])
+    fres = rvfilter.apply_filter(R, config.filter_config(args))
+    dist, owner = train.Dist(OneProcess()), torch.zeros(2, dtype=torch.long)
+    after = []
+    for reuse in (True, False):
+        m = copy.deepcopy(model)
+        batch = upd.prepare_batch(trajs, R, owner, fres, m, None, None, tok, args, dist, reuse_old=reuse)
+        assert (batch["old_logp"] is None) == reuse
+        opt = torch.optim.AdamW(m.parameters(), lr=args.lr)
+        stats = upd.update(m, None, opt, None, batch, args, dist)
+        assert stats["train/clipfrac"] == 0.0 and abs(stats["train/ppo_kl"]) < 1e-6
+        after.append(torch.cat([p.detach().flatten() for p in m.parameters()]))
+    assert not torch.equal(after[0], torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.allclose(after[0], after[1], atol=1e-6, rtol=0)
+    args2, _ = config.resolve(["--model", "tiny", "--algo", "grpo", "--group-size", "3", "--mini-batch", "4",
+                               "--micro-batch", "2", "--filter", "none", "--no-bf16"])
+    batch = upd.prepare_batch(trajs, R, owner, fres, model, None, None, tok, args2, dist)
+    assert batch["old_logp"] is not None                             # two mini-batches: the second needs old ones
 
 
 def test_global_whitening_matches_algos_whiten_and_stays_finite():

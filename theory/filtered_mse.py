@@ -9,7 +9,9 @@ Claims checked (spec/paper.md sections 2.7, 2.11, 6 and 5 E7):
   outcomes, toy.group_estimator_moments) for Bernoulli-reward prompts under (a) the group-mean baseline and (b)
   GRPO's std-normalised advantages, then drop the lowest-RV groups and track (1/n^2) sum sigma_i^2 and the SNR of
   the kept mean, ||g_bar_S|| / sqrt(MSE). (The main text, §5.2, instead calls filtering "signal-enhancement rather
-  than noise-control".)
+  than noise-control".) Control: drop the same number of *random* learnable groups instead of the lowest-RV ones
+  (many random draws), so that "filtering raises the MSE" can be told apart from "averaging fewer groups" (the
+  1/n^2 factor alone raises it). Correlation verdicts carry a permutation p-value (toy.correlation_claim).
 * Prop. N.1 (review: App. O): with A~ = A / sqrt(RV(x)) and Assumption H.1,
       E||g_hat_GRPO - g_GRPO||^2 >= (1/G) (sigma^2 / RV) E||s||^2.
 Prompts are tabular softmax policies over K = 4 outcomes, reward 1[z = 0], success probability p ~ Beta(0.5, 0.5)
@@ -80,7 +82,7 @@ def mc_filtered_mse(rng, pis, Rs, S, n_mc: int) -> float:
 def main(size: str = "full", seed: int = 0, fig_dir=toy.FIG_DIR) -> dict:
     toy.check_size(size)
     rng = np.random.default_rng(seed)
-    n_learn, n_zero, n_mc, n_floor = (40, 4, 3000, 500) if size == "full" else (12, 2, 800, 100)
+    n_learn, n_zero, n_mc, n_floor, n_rand = (40, 4, 3000, 500, 2000) if size == "full" else (12, 2, 800, 100, 500)
     pis, Rs = bernoulli_prompts(rng, n_learn, n_zero)
     P = len(pis)
     rv = toy.reward_variance(pis, Rs)                                        # exact RV (P,)
@@ -117,9 +119,18 @@ def main(size: str = "full", seed: int = 0, fig_dir=toy.FIG_DIR) -> dict:
 
     learn = rv > 1e-12                                                       # RV = 0 up to rounding
     snr_i = {adv: sig_norm2[adv][learn] / sig2[adv][learn] for adv in sig2}  # per-group SNR^2, learnable
+    # control: the top-p set keeps n_top_p learnable groups; keep n_top_p random learnable groups instead
+    learn_idx = np.flatnonzero(learn)
+    rand_sets = [rng.choice(learn_idx, size=n_top_p, replace=False) for _ in range(n_rand)]
+
+    def rand_stats(adv):                                                     # (MSE, SNR) per random set
+        return np.array([(sig2[adv][S].sum() / n_top_p ** 2, np.sqrt(sig_norm2[adv][S].sum() / sig2[adv][S].sum()))
+                         for S in rand_sets])
+    rand = {adv: rand_stats(adv) for adv in sig2}
+    rho = {adv: toy.spearman_test(rv[learn], sig2[adv][learn], rng) for adv in sig2}
     numbers = {"groups (learnable / RV=0)": f"{int(learn.sum())} / {int((~learn).sum())}",
-               "Spearman(RV, sigma^2), group-mean": toy.spearman(rv[learn], sig2["mean"][learn]),
-               "Spearman(RV, sigma^2), GRPO": toy.spearman(rv[learn], sig2["grpo"][learn]),
+               "Spearman(RV, sigma^2), group-mean": f"{rho['mean'][0]:.3f} (permutation p = {rho['mean'][1]:.3g})",
+               "Spearman(RV, sigma^2), GRPO": f"{rho['grpo'][0]:.3f} (permutation p = {rho['grpo'][1]:.3g})",
                "Spearman(RV, per-group SNR), group-mean": toy.spearman(rv[learn], snr_i["mean"]),
                "Spearman(RV, per-group SNR), GRPO": toy.spearman(rv[learn], snr_i["grpo"]),
                "Thm J.1 Monte-Carlo / formula (top-p set, group-mean)": mc_ratio,
@@ -128,6 +139,25 @@ def main(size: str = "full", seed: int = 0, fig_dir=toy.FIG_DIR) -> dict:
     for label, n in kept_sets.items():
         numbers[f"{label}: MSE mean-baseline, MSE GRPO"] = f"{mse('mean', n):.3e}, {mse('grpo', n):.3e}"
         numbers[f"{label}: SNR of kept mean, mean-baseline / GRPO"] = f"{snr('mean', n):.3f} / {snr('grpo', n):.3f}"
+    for adv, lab in (("mean", "mean-baseline"), ("grpo", "GRPO")):
+        r = rand[adv]
+        numbers[f"random {n_top_p} learnable groups ({n_rand} draws), {lab}: MSE median, SNR median"] = (
+            f"{np.median(r[:, 0]):.3e}, {np.median(r[:, 1]):.3f}")
+
+    def versus_random(adv):
+        """Is the lowest-RV drop better than a random drop of as many learnable groups? (fraction of random
+        draws at least as good = a permutation p-value)"""
+        lab = "group-mean" if adv == "mean" else "GRPO"
+        top_mse, top_snr = mse(adv, n_top_p), snr(adv, n_top_p)
+        p_snr = float((1 + np.sum(rand[adv][:, 1] >= top_snr)) / (n_rand + 1))
+        p_mse = float((1 + np.sum(rand[adv][:, 0] <= top_mse)) / (n_rand + 1))
+        return toy.claim(f"RV ranking beats dropping as many random learnable groups, SNR of kept mean ({lab})",
+                         p_snr < 0.05, f"SNR top-p {top_snr:.3f} vs random median {np.median(rand[adv][:, 1]):.3f} "
+                         f"(p = {p_snr:.3g}); MSE top-p {top_mse:.3e} vs random median "
+                         f"{np.median(rand[adv][:, 0]):.3e}, x{top_mse / np.median(rand[adv][:, 0]):.2f} (fraction of random "
+                         f"draws with MSE <= top-p's: {p_mse:.3g}); random dropping alone raises the MSE "
+                         f"x{np.median(rand[adv][:, 0]) / mse(adv, P):.2f} over all groups",
+                         contradicted=np.mean(rand[adv][:, 1] >= top_snr) > 0.95)
 
     def direction(adv):
         full, top = mse(adv, P), mse(adv, n_top_p)
@@ -141,13 +171,10 @@ def main(size: str = "full", seed: int = 0, fig_dir=toy.FIG_DIR) -> dict:
                   "every prefix, both advantages"),
         toy.claim("GRPO variance floor (sigma^2/RV) E||s||^2 / G", floor_ratio.max() <= 1 + 1e-9,
                   f"max floor/variance {floor_ratio.max():.4f} over {n_floor} prompts"),
-        toy.claim("low-RV groups are the noisiest (group-mean)", numbers["Spearman(RV, sigma^2), group-mean"] < -0.5,
-                  f"Spearman(RV, sigma^2) = {numbers['Spearman(RV, sigma^2), group-mean']:.2f}",
-                  contradicted=numbers["Spearman(RV, sigma^2), group-mean"] > 0),
-        toy.claim("low-RV groups are the noisiest (GRPO)", numbers["Spearman(RV, sigma^2), GRPO"] < -0.5,
-                  f"Spearman(RV, sigma^2) = {numbers['Spearman(RV, sigma^2), GRPO']:.2f}",
-                  contradicted=numbers["Spearman(RV, sigma^2), GRPO"] > 0),
-        direction("mean"), direction("grpo"),
+        toy.correlation_claim("low-RV groups are the noisiest (group-mean)", *rho["mean"], -1,
+                              what="Spearman(RV, sigma^2)"),
+        toy.correlation_claim("low-RV groups are the noisiest (GRPO)", *rho["grpo"], -1, what="Spearman(RV, sigma^2)"),
+        direction("mean"), direction("grpo"), versus_random("mean"), versus_random("grpo"),
         toy.claim("dropping low-RV groups raises the SNR of the kept mean (signal enhancement, §5.2)",
                   snr("mean", n_top_p) > snr("mean", P) and snr("grpo", n_top_p) > snr("grpo", P),
                   f"group-mean x{snr('mean', n_top_p) / snr('mean', P):.2f}, "

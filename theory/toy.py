@@ -285,6 +285,24 @@ def spearman(a, b) -> float:
     return float(ra @ rb / denom) if denom > 0 else float("nan")
 
 
+def spearman_test(a, b, rng: np.random.Generator, n_perm: int = 2000) -> tuple[float, float]:
+    """(rho, two-sided permutation p-value): p = (1 + #{|rho_perm| >= |rho|}) / (n_perm + 1)."""
+    rho = spearman(a, b)
+    b = np.asarray(b, dtype=np.float64)
+    null = np.array([spearman(a, rng.permutation(b)) for _ in range(n_perm)])
+    return rho, float((1 + np.sum(np.abs(null) >= abs(rho) - 1e-12)) / (n_perm + 1))
+
+
+def correlation_claim(text: str, rho: float, p: float, sign: int, alpha: float = 0.05, what: str = "Spearman",
+                      note: str = "") -> dict:
+    """A correlation verdict with a test: holds if rho has the claimed sign and p < alpha; contradicted if it has
+    the opposite sign and p < alpha; otherwise not resolved (a small rho is not evidence either way)."""
+    significant = p < alpha
+    return claim(text, significant and np.sign(rho) == sign,
+                 f"{what} = {rho:+.2f} (permutation p = {p:.3g})" + (f"; {note}" if note else ""),
+                 contradicted=significant and np.sign(rho) == -sign)
+
+
 def overall_verdict(claims: list[dict]) -> str:
     """All sub-claims hold -> "holds"; all contradicted -> "contradicted"; otherwise "holds with caveat"."""
     verdicts = {c["verdict"] for c in claims}
