@@ -3,7 +3,7 @@
 Paper: RAGEN-2 (arXiv 2604.06268) §2.1, the regularised objective
     L(θ) = E_{x,τ}[A(τ, x)] − λ_KL·KL(π_θ ‖ π_ref) + λ_H·H(π_θ),
 and §4.1 / App. B (PPO with GAE γ = λ = 1 and token-mean; DAPO; GRPO; Dr.GRPO; entropy 0.001).
-The exact formulas follow the official code (RAGEN on verl 0.6.1, `core_algos.py`, spec/reference-code.md
+The exact formulas follow the official code (RAGEN on verl 0.6.1, `core_algos.py`, mll-lab-nu/RAGEN
 §3): one small pure function per equation, the equation in its docstring. No model, no optimiser here.
 
 Tensor layout (CONTRIBUTING.md): token tensors are (B, T) and aligned with the input tokens: x[b, t] belongs

@@ -4,7 +4,7 @@ Resolution order (later wins):  dataclass defaults  <  `--algo` bundle (algos.AL
 given explicitly on the command line. On `--resume runs/<name>` the run's saved `config.json` replaces the first
 three layers, and explicit flags must agree with it (runlog.check_resume_config).
 
-Defaults follow the paper (spec/paper.md section 4) scaled to what a CPU can run; `--preset paper` restores the
+Defaults follow the paper (RAGEN-2 §4, App. B) scaled to what a CPU can run; `--preset paper` restores the
 paper's scale (Sokoban, P=8, G=16, 400 steps, PPO, top-p 0.9 on variance mass). Every flag appears in
 `python train.py --help` with its meaning, grouped by concept.
 
@@ -16,13 +16,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 
 import algos
 import envs
 import filter as rvfilter
+import policy
+
+
+class UsageError(ValueError):
+    """A refused command line: train.py prints it as one line (no traceback) and exits 2, before anything is
+    written (flag checks run before the model loads; run-directory checks right after it)."""
+
+
+# Flags added after runs were made: a saved config.json without them resumes with the behaviour it was made with.
+LEGACY = {"score_temperature": "1"}
 
 
 def flag(default, help: str, group: str, choices=None):
@@ -68,7 +80,7 @@ class Args:
     lam: float = flag(1.0, "GAE lambda", "algo")
     whiten_adv: bool = flag(True, "whiten GAE advantages over all masked tokens of the batch", "algo")
     loss_agg: str = flag("", "token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm "
-                         "(constant = --max-new-tokens) (default: from --algo)", "algo")
+                         "(constant = --max-new-tokens x turns) (default: from --algo)", "algo")
     clip_low: float = flag(-1.0, "PPO clip epsilon below 1 (default: from --algo)", "algo")
     clip_high: float = flag(-1.0, "PPO clip epsilon above 1, clip-higher (default: from --algo)", "algo")
     clip_c: float = flag(3.0, "dual-clip constant for negative advantages (verl clip_ratio_c)", "algo")
@@ -111,6 +123,9 @@ class Args:
     mi_scorer: str = flag("policy", "score with the current policy, a frozen copy of the initial model, or both", "mi",
                           ["policy", "frozen", "both"])
     mi_null: int = flag(0, "permutation-null shuffles per MI computation (0 = off)", "mi")
+    score_temperature: str = flag("rollout", "temperature of the MI cross-scores and the entropy filter statistic: "
+                                  "rollout (= --temperature, as the reference) | 1 (the raw model distribution)", "mi",
+                                  ["rollout", "1"])
     # --- gradient analysis (snr.py, paper Fig. 3) --------------------------------------------------------------
     grad_analysis_every: int = flag(0, "task/entropy/KL gradient norms per RV bucket of the unfiltered batch at step 0 "
                                     "and every N steps (before the update; costs one forward over the batch plus, twice, a forward with up to 3 "
@@ -125,6 +140,8 @@ class Args:
     early_stop_empty: int = flag(5, "stop after N consecutive steps where the filter kept nothing; 0 = off", "eval")
     early_stop_rv: bool = flag(False, "stop when RV < 10% of its first-10-step mean for 10 consecutive steps", "eval")
     early_stop_val: bool = flag(False, "stop when validation success < 1% on 5 consecutive evaluations", "eval")
+    stop_nonfinite: int = flag(3, "stop after N consecutive steps whose updates were all skipped for a non-finite "
+                               "gradient norm (diverged); 0 = never", "eval")
 
 
 # Presets: plain dicts of flag values (applied over the --algo bundle, under explicit flags).
@@ -139,7 +156,7 @@ PRESETS = {
     "demo": dict(model="smollm2-135m", env="bandit", algo="grpo", groups=4, group_size=8, steps=8,
                  max_new_tokens=64, temperature=0.7, lr=2e-5, mini_batch=32, micro_batch=8, filter_eps=0.0,
                  eval_every=4, val_envs=16, mi_every=2, mi_samples=32, save_every=4, early_stop_empty=0, name="demo"),
-    # The paper's main setting (spec/paper.md section 4): Sokoban, Qwen2.5-3B in the paper (pass --model),
+    # The paper's main setting (§4, App. B): Sokoban, Qwen2.5-3B in the paper (pass --model),
     # P=8 x G=16, 400 steps, PPO (GAE, token-mean), top-p 0.9 on variance mass, include_zero off, the reference's
     # three early stops on (empty filter x5, RV collapse, validation success < 1% x5).
     "paper": dict(env="sokoban", algo="ppo", groups=8, group_size=16, steps=400, max_new_tokens=400, max_context=3600,
@@ -179,16 +196,19 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
 def resolve(argv: list[str] | None = None, base_run: str = "") -> tuple[Args, dict]:
     """Parse the command line into a fully resolved, validated Args. Returns (args, explicit flags).
     base_run: start from that run's saved flags instead of the defaults (explicit flags still win, and unlike
-    --resume they may differ: snr.py --from-run)."""
+    --resume they may differ: experiments/snr_probe.py --from-run)."""
     argv = sys.argv[1:] if argv is None else argv
     build_parser().parse_args(argv)  # full parse first: --help, types and choices are checked here
     explicit = vars(build_parser(suppress_defaults=True).parse_args(argv))
     if explicit.get("resume") or base_run:
         import runlog
-        saved = runlog.load_config(explicit.get("resume") or base_run)
-        if explicit.get("resume"):
-            runlog.check_resume_config(saved, explicit)
-        values = {**saved, **explicit}
+        try:
+            saved = runlog.load_config(explicit.get("resume") or base_run)
+            if explicit.get("resume"):
+                runlog.check_resume_config(saved, explicit)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        values = {**LEGACY, **saved, **explicit}
     else:
         preset = explicit.get("preset", "")
         algo = explicit.get("algo", PRESETS[preset].get("algo", Args.algo))
@@ -211,7 +231,20 @@ def algo_defaults(name: str) -> dict:
 def validate(a: Args) -> None:
     """Every check that can fail before a model is loaded; each error names its flag."""
     def bad(flag_name, msg):
-        raise ValueError(f"--{flag_name.replace('_', '-')}: {msg}")
+        raise UsageError(f"--{flag_name.replace('_', '-')}: {msg}")
+    for f in dataclasses.fields(Args):                   # inf / nan are accepted by float() but never meaningful
+        v = getattr(a, f.name)
+        if isinstance(v, float) and not math.isfinite(v):
+            bad(f.name, f"must be a finite number, got {v}")
+    for name in ("seed", "train_seed", "val_seed", "max_turns"):
+        if getattr(a, name) < 0:
+            bad(name, f"must be >= 0, got {getattr(a, name)}")
+    if a.stop_nonfinite < 0:
+        bad("stop_nonfinite", f"must be >= 0, got {a.stop_nonfinite}")
+    try:
+        policy.check_model_name(a.model)
+    except ValueError as e:
+        bad("model", str(e))
     if a.steps < 1:
         bad("steps", f"must be >= 1, got {a.steps}")
     if a.groups < 1:
@@ -247,7 +280,9 @@ def validate(a: Args) -> None:
         bad("top_p_sampling", f"must be in (0, 1], got {a.top_p_sampling}")
     if a.kl_coef < 0 or a.entropy_coef < 0:
         bad("kl_coef", "coefficients must be >= 0 (kl_coef, entropy_coef)")
-    if a.max_new_tokens < 1 or a.max_context <= a.max_new_tokens:
+    if a.max_new_tokens < 1:
+        bad("max_new_tokens", f"must be >= 1, got {a.max_new_tokens}")
+    if a.max_context <= a.max_new_tokens:
         bad("max_context", f"need max_context > max_new_tokens >= 1, got {a.max_context}, {a.max_new_tokens}")
     try:
         opts = json.loads(a.env_options)
@@ -255,7 +290,10 @@ def validate(a: Args) -> None:
         bad("env_options", f"not valid JSON ({e})")
     if not isinstance(opts, dict):
         bad("env_options", "must be a JSON object, e.g. '{\"slip\": 0.02}'")
-    envs.make_env(a.env, **opts)  # raises a ValueError naming the bad option
+    try:
+        envs.make_env(a.env, **opts)
+    except ValueError as e:   # names the bad option
+        bad("env_options", str(e))
     fams = [f for f in a.mi_families.split(",") if f]
     if any(f not in ("first_turn", "trajectory") for f in fams):
         bad("mi_families", f"entries must be first_turn or trajectory, got {a.mi_families!r}")
@@ -284,7 +322,23 @@ def validate(a: Args) -> None:
     try:
         filter_config(a)
     except ValueError as e:   # FilterConfig names its own field; say which flag family it came from
-        raise ValueError(f"--filter* flags: {e}") from None
+        raise UsageError(f"--filter* flags: {e}") from None
+
+
+@functools.lru_cache(maxsize=32)
+def _env_turns(env: str, env_options: str) -> int:
+    return envs.make_env(env, **json.loads(env_options)).max_turns
+
+
+def loss_norm_len(a: Args) -> int:
+    """C of seq-mean-token-sum-norm: a trajectory's whole generation budget, --max-new-tokens x turns (the env's
+    default turns unless --max-turns); for single-turn tasks that is --max-new-tokens, the Dr.GRPO constant."""
+    return a.max_new_tokens * (a.max_turns or _env_turns(a.env, a.env_options))
+
+
+def score_temperature(a: Args) -> float:
+    """The temperature of the MI cross-scores and of the entropy filter statistic (--score-temperature)."""
+    return a.temperature if a.score_temperature == "rollout" else 1.0
 
 
 def traj_k(a: Args) -> int:

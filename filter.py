@@ -9,7 +9,7 @@ The paper's main rule ("top-p", linear mass):
     k* = min{ k : sum_{j<=k} RV_sigma(j) >= tau },      S = {sigma(1), ..., sigma(k*)}
     if tau cannot be reached the step is skipped (S is empty).
 
-Every rule of the official code (mll-lab-nu/RAGEN `rollout_filter.py`, spec/reference-code.md §1) is here,
+Every rule of the official code (mll-lab-nu/RAGEN `rollout_filter.py`) is here,
 with the places where it differs from the paper behind a flag whose default is the paper's:
   * metric `reward_variance` = unbiased variance (paper) vs `reward_std` = unbiased std (what the code's
     "reward_variance" really ranks by; its worked examples and the RVs in the tables are stds);
@@ -324,7 +324,7 @@ def apply_filter(rewards, cfg: FilterConfig | None = None, traj_stats=None) -> F
     Metrics: RV is the paper's unbiased variance ("filter/rv_*") and the code's unbiased std
     ("filter/reward_std_*") is logged beside it; "kept_*" values are over kept groups, computed on their kept
     trajectories (so trajectory-level selection shows the RV it forces). Soft reweighting (code-only,
-    reference-code §3.4) weights groups by RV / max kept RV with RV read as std when metric == "reward_std"
+    the official code) weights groups by RV / max kept RV with RV read as std when metric == "reward_std"
     (exactly the code) and as variance otherwise. The loss scale uses the kept trajectory fraction, which
     equals the code's kept-group ratio at prompt level.
     """
@@ -419,12 +419,20 @@ def main(argv=None) -> None:
     if args.rewards and args.scores:
         ap.error("give either positional scores or --rewards, not both")
     if args.rewards:
-        rows = [[float(v) for v in row.split(",")] for row in args.rewards.split(";")]
-        std = group_scores(torch.tensor(rows), "reward_std")
+        try:
+            rows = [[float(v) for v in row.split(",")] for row in args.rewards.split(";")]
+        except ValueError:
+            ap.error(f"--rewards: entries must be numbers, rows separated by ';' and entries by ',', got {args.rewards!r}")
+        if len({len(r) for r in rows}) != 1 or len(rows[0]) < 2:
+            ap.error(f"--rewards: every row (group) needs the same number G >= 2 of rewards, got row lengths "
+                     f"{[len(r) for r in rows]}")
+        if not all(math.isfinite(v) for r in rows for v in r):
+            ap.error("--rewards: rewards must be finite")
+        std = group_scores(torch.tensor(rows, dtype=torch.float64), "reward_std")
     elif args.scores:
         std = torch.tensor(args.scores, dtype=torch.float64)
-        if (std < 0).any():
-            ap.error("positional scores are stds and must be >= 0")
+        if (std < 0).any() or not torch.isfinite(std).all():
+            ap.error("positional scores are stds and must be finite and >= 0")
     else:
         ap.error("give per-group stds or --rewards")
     try:

@@ -241,8 +241,9 @@ def cross_log_probs(model, prompts, reasonings, *, micro_batch: int = 32, prompt
 def mi_report(model, trajs, *, family: str, num_samples, rng: np.random.Generator, ema: ZScoreEMA | None,
               n_perm: int = 0, scorer_name: str = "policy", micro_batch: int = 32, prompt_batch: int = 8,
               pairs: Pairs | None = None, token_marginal: str = "paper", null_unit: str = "row",
-              bf16: bool | None = None) -> dict:
-    """Unprefixed metrics of one family ("first_turn" | "trajectory") scored by `model`.
+              bf16: bool | None = None, temperature: float = 1.0) -> dict:
+    """Unprefixed metrics of one family ("first_turn" | "trajectory") scored by `model` at `temperature`
+    (train.py passes the rollout temperature, as the reference scores with the sampling distribution).
 
     Keys: num_total, num_valid, valid_thinking_rate, num_pairs (sampling, always present), then the
     collapse_metrics keys (+ permutation-null keys if n_perm > 0, + time_s), prefixed "<scorer_name>/"
@@ -267,7 +268,7 @@ def mi_report(model, trajs, *, family: str, num_samples, rng: np.random.Generato
     import policy                                   # deferred: keeps the metric half free of model code
     t0 = time.perf_counter()
     with policy.autocast(next(model.parameters()).device, enabled=bf16):   # None: where the hardware has bf16
-        L_tok, L_seq = cross_log_probs(model, pairs.prompts, pairs.reasonings,
+        L_tok, L_seq = cross_log_probs(model, pairs.prompts, pairs.reasonings, temperature=temperature,
                                        micro_batch=micro_batch, prompt_batch=prompt_batch)
     lengths = [len(z) for z in pairs.reasonings]
     m = collapse_metrics(L_tok, L_seq, pairs.true_col, pairs.signatures, ema,

@@ -22,7 +22,7 @@ What it implements
 - Prefix sharing (`hidden_states(..., share_prefix=True)`, used by both of the above): the leading tokens that all
   rows of a batch have in common (the system prompt; a group's whole first prompt) go through the backbone once,
   and the rows continue from a repeated KV cache. Exact (same math, float rounding only), gradients included.
-- `Critic` / `make_critic(model)`: the PPO value model (reference-code.md Sec. 3.2: GAE with a separate critic),
+- `Critic` / `make_critic(model)`: the PPO value model (the official code uses GAE with a separate critic),
   a deep copy of the policy backbone plus a zero-initialised linear value head.
 - Sampling for the rollout (`generate`, KV reuse across turns) lives in sampling.py.
 
@@ -149,6 +149,25 @@ def _tiny_model(tokenizer, seed: int):
         return LlamaForCausalLM(config)
 
 
+def _looks_like_path(name: str) -> bool:
+    return Path(name).expanduser().exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1
+
+
+def check_model_name(name) -> None:
+    """The checks that need no loading (config.validate runs them before anything is written): a built-in name,
+    an existing model directory, or a Hugging Face id of the form owner/name. ValueError otherwise."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be one of {BUILTIN_NAMES}, a local path or a Hugging Face id, got {name!r}")
+    if name in BUILTIN_NAMES:
+        return
+    if _looks_like_path(name) and not Path(name).expanduser().is_dir():
+        raise ValueError(f"name {name!r} looks like a local path but is not a directory; "
+                         f"valid names: {BUILTIN_NAMES}, a model directory, or a Hugging Face id owner/name")
+    if not _looks_like_path(name) and name.count("/") != 1:
+        raise ValueError(f"unknown model name {name!r}; valid names: {BUILTIN_NAMES}, "
+                         f"a local model directory, or a Hugging Face id of the form owner/name")
+
+
 def load(name: str = "smollm2-135m", *, device="cpu", dtype=torch.float32, seed: int = 0):
     """Return `(model, tokenizer)` in eval mode on `device` with parameters in `dtype`.
 
@@ -159,8 +178,7 @@ def load(name: str = "smollm2-135m", *, device="cpu", dtype=torch.float32, seed:
     """
     from transformers import AutoModelForCausalLM
 
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be one of {BUILTIN_NAMES}, a local path or a Hugging Face id, got {name!r}")
+    check_model_name(name)
     if name == "smollm2-135m":
         path = smollm2_dir()
         tokenizer = _load_tokenizer(path)
@@ -170,14 +188,7 @@ def load(name: str = "smollm2-135m", *, device="cpu", dtype=torch.float32, seed:
         model = _tiny_model(tokenizer, seed).to(dtype)
     else:
         local = Path(name).expanduser()
-        looks_like_path = local.exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1
-        if looks_like_path and not local.is_dir():
-            raise ValueError(f"name {name!r} looks like a local path but is not a directory; "
-                             f"valid names: {BUILTIN_NAMES}, a model directory, or a Hugging Face id owner/name")
-        if not looks_like_path and name.count("/") != 1:
-            raise ValueError(f"unknown model name {name!r}; valid names: {BUILTIN_NAMES}, "
-                             f"a local model directory, or a Hugging Face id of the form owner/name")
-        source = str(local) if looks_like_path else name
+        source = str(local) if _looks_like_path(name) else name
         try:
             tokenizer = _load_tokenizer(source)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)

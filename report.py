@@ -1,6 +1,6 @@
 """Run directories -> figures and tables: per-run curves, multi-seed mean +/- std, peak/final/AUC, Spearman.
 
-The referee's requests this file answers (review.md, "Missing seed variance", "Peak-of-training as headline metric",
+The referee's requests this file answers (the referee report: "Missing seed variance", "Peak-of-training as headline metric",
 "Overstated 'twice as reliably'"):
 
 * every arm is summarised over seeds as mean +/- std (sample std, ddof=1) with the seed count printed next to it;
@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -195,9 +196,9 @@ def mean_std(vals) -> tuple[float, float]:
 def summarise(runs: list[dict], arm_by: list[str] | None, final_window: int = 3, columns: list[str] = ()) -> list[dict]:
     """One row per arm: mean +/- std over seeds of initial/final/auc/peak/stable and of every --columns entry."""
     table = []
-    for label, members in group_arms(runs, arm_by).items():
+    for arm, members in group_arms(runs, arm_by).items():
         ms = [task_metrics(r["rows"], final_window=final_window) for r in members]
-        row = {"arm": label, "n_seeds": len(members), "seeds": sorted(r["flags"].get("seed") for r in members)}
+        row = {"arm": arm, "n_seeds": len(members), "seeds": sorted(r["flags"].get("seed") for r in members)}
         for m in ("initial", *TASK, "stable"):
             row[m] = mean_std([x[m] for x in ms])
         for spec in columns:
@@ -225,6 +226,7 @@ def paired_differences(runs: list[dict], arm_by: list[str] | None, pairs: list[t
                         else column_value(r["rows"], m, final_window))
             d = np.array([value(by_seed[0][sd]) - value(by_seed[1][sd]) for sd in seeds], float)
             row[m] = (*mean_std(d), int((d > 0).sum()), int((~np.isnan(d)).sum()))
+            row[m + "_diffs"] = d[~np.isnan(d)]
         out.append(row)
     return out
 
@@ -237,6 +239,21 @@ def _short_arm(members: list[dict], runs: list[dict]) -> str:
     return ", ".join(f"{k}={f.get(k)}" for k in sorted(varying)) or "all runs"
 
 
+LABELS = {"mi_first_turn/mi_estimate": "MI-Est", "mi_first_turn/mi_estimate_null_mean": "MI-Est null",
+          "mi_first_turn_frozen/mi_estimate": "MI-Est frozen", "mi_first_turn/retrieval_accuracy": "retrieval acc.",
+          "mi_first_turn_frozen/retrieval_accuracy": "retrieval acc. frozen",
+          "mi_first_turn/conditional_entropy_est": "H(Z|X) est.", "train/entropy": "token entropy",
+          "rollout/format_ok_rate": "format ok", "rollout/success": "train success", "filter/kept_frac": "kept frac.",
+          "filter/zero_rv_count": "zero-RV groups", "filter/rv_std_over_mean": "Std/Mean(RV)", "time/step": "s/step",
+          "val/success": "val success", "rollout/response_tokens": "tokens/turn"}
+
+
+def label(spec: str) -> str:
+    """A short column name for KEY[@how] (the page lists label = key)."""
+    key, _, how = spec.partition("@")
+    return LABELS.get(key, key) + (f" ({how})" if how else "")
+
+
 def _cell(m: float, s: float) -> str:
     if math.isnan(m):
         return "–"
@@ -247,7 +264,7 @@ def format_table(table: list[dict], columns: list[str] = (), task: bool = True) 
     """Markdown: one row per arm, task metrics (initial, final, AUC, peak, stable: never the peak alone), then the
     diagnostics (task=False: the diagnostics only)."""
     metrics = [*(("initial", *TASK, "stable") if task else ()), *columns]
-    head = ["arm", "seeds", *metrics]
+    head = ["arm", "seeds", *(label(m) for m in metrics)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table:
         lines.append(f"| {row['arm']} | {row['n_seeds']} | " + " | ".join(_cell(*row[m]) for m in metrics) + " |")
@@ -257,7 +274,7 @@ def format_table(table: list[dict], columns: list[str] = (), task: bool = True) 
 def format_pairs(rows: list[dict], columns: list[str] = (), task: bool = True) -> str:
     """Markdown: one row per pair, mean +/- std of the per-seed difference and (positive seeds / seeds)."""
     metrics = [*(TASK if task else ()), *columns]
-    head = ["A − B (per seed)", "seeds", *metrics]
+    head = ["A − B (per seed)", "seeds", *(label(m) for m in metrics)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [f"{_cell(m, s)} ({pos}/{n} > 0)" if n else "–" for m, s, pos, n in (row[k] for k in metrics)]
@@ -289,12 +306,12 @@ def plot_arms(runs: list[dict], arm_by: list[str] | None, keys: list[str], path:
     nrow = (len(keys) + cols - 1) // cols
     fig, axes = plt.subplots(nrow, cols, figsize=(4.3 * cols, 3.0 * nrow), squeeze=False)
     for ax, key in zip(axes.flat, keys):
-        for i, (label, members) in enumerate(arms.items()):
+        for i, (arm, members) in enumerate(arms.items()):
             st, mu, sd, n = arm_curves(members, key)
             if st.size:
-                ax.plot(st, mu, marker="o", ms=3, color=f"C{i}", label=f"{label} (n={len(members)})")
+                ax.plot(st, mu, marker="o", ms=3, color=f"C{i}", label=f"{arm} (n={len(members)})")
                 ax.fill_between(st, mu - sd, mu + sd, color=f"C{i}", alpha=0.18, lw=0)
-        ax.set_title(key, fontsize=9)
+        ax.set_title(f"{label(key)}\n{key}" if label(key) != key else key, fontsize=8)
         ax.set_xlabel("step", fontsize=8)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.ticklabel_format(axis="y", useOffset=False)
@@ -310,6 +327,30 @@ def plot_arms(runs: list[dict], arm_by: list[str] | None, keys: list[str], path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_buckets(m: dict, path, title: str = "") -> None:
+    """Fig. 3 in the paper's layout (the grad/ keys of snr.bucket_report): norms per bucket against the bucket's mean reward std."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = sorted({k.split("/")[1] for k in m if k.split("/")[1] != "all"}, key=lambda b: int(b.split("_")[1]))
+    x = [m[f"grad/{b}/std_mean"] for b in names]
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
+    ax[0].plot(x, [m[f"grad/{b}/task"] for b in names], "o-", label="‖g_task‖")
+    ax[0].set_title("task gradient")
+    for c, style in (("reg", "o-"), ("entropy", "s--"), ("kl", "^--")):
+        if f"grad/{names[0]}/{c}" in m:
+            ax[1].plot(x, [m[f"grad/{b}/{c}"] for b in names], style, label=f"‖g_{c}‖")
+    ax[1].set_title("regulariser gradients")
+    for a in ax:
+        a.set_xlabel("bucket mean reward std")
+        a.legend()
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plot_run(run_dir: str | Path) -> list[Path]:
@@ -348,10 +389,9 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     paths = [path]
     analysed = [r for r in rows if "grad/all/task" in r]
     if analysed:                      # paper Fig. 3 for the last step with a gradient analysis (--grad-analysis-every)
-        import snr
         last = analysed[-1]
         paths.append(out / "grad_buckets.png")
-        snr.plot_buckets({k: v for k, v in last.items() if k.startswith("grad/")}, paths[-1],
+        plot_buckets({k: v for k, v in last.items() if k.startswith("grad/")}, paths[-1],
                          title=f"{run_dir.name}, step {last['step']}")
     return paths
 
@@ -365,13 +405,24 @@ COLLAPSE_RULE = ("MI-Est above its null has fallen to less than half of its firs
                  "least half of its first value and at least 80 % of turns are well-formed (last logged values)")
 
 
-def collapsed(rows: list[dict], final_window: int = 1) -> bool | None:
-    """COLLAPSE_RULE on one run; None when the run did not log MI with a permutation null."""
+def collapse_parts(rows: list[dict], final_window: int = 1) -> dict | None:
+    """The three parts of COLLAPSE_RULE on one run (first vs last logged value): mi_fell, entropy_kept, format_ok,
+    and collapsed = all three. None when the run did not log MI with a permutation null, or when MI never stood
+    above its null (nothing to collapse from)."""
     v = {k: (column_value(rows, k + "@first"), column_value(rows, k, final_window)) for k in (MI, NULL, ENT, FMT)}
     if any(math.isnan(x) for pair in v.values() for x in pair):
         return None
     gap0, gap1 = v[MI][0] - v[NULL][0], v[MI][1] - v[NULL][1]
-    return bool(gap1 < 0.5 * gap0 and v[ENT][1] >= 0.5 * v[ENT][0] and v[FMT][1] >= 0.8)
+    if gap0 <= 0:
+        return None
+    parts = {"mi_fell": gap1 < 0.5 * gap0, "entropy_kept": v[ENT][1] >= 0.5 * v[ENT][0], "format_ok": v[FMT][1] >= 0.8}
+    return {**parts, "collapsed": all(parts.values())}
+
+
+def collapsed(rows: list[dict], final_window: int = 1) -> bool | None:
+    """COLLAPSE_RULE on one run; None when it cannot be judged (see collapse_parts)."""
+    parts = collapse_parts(rows, final_window)
+    return None if parts is None else parts["collapsed"]
 
 
 def verdict_lines(runs: list[dict], arm_by: list[str] | None, pairs: list[dict], final_window: int = 3) -> list[str]:
@@ -379,16 +430,20 @@ def verdict_lines(runs: list[dict], arm_by: list[str] | None, pairs: list[dict],
     per pair, whether A beats B on final validation success beyond the seed spread (every seed the same sign and
     |mean| > std of the paired difference); otherwise 'not resolved'."""
     out = []
-    for label, members in group_arms(runs, arm_by).items():
-        flags = [collapsed(r["rows"]) for r in members]
-        known = [f for f in flags if f is not None]
+    for arm, members in group_arms(runs, arm_by).items():
+        known = [p for p in (collapse_parts(r["rows"]) for r in members) if p is not None]
         if known:
-            out.append(f"- **{label}**: template collapse (rule above) in {sum(known)} of {len(known)} seeds.")
+            n = len(known)
+            count = {k: sum(p[k] for p in known) for k in ("collapsed", "mi_fell", "entropy_kept", "format_ok")}
+            out.append(f"- **{arm}**: template collapse (rule above) in {count['collapsed']} of {n} seeds. Its parts: "
+                       f"MI-Est fell toward its null in {count['mi_fell']}/{n}, token entropy stayed at least half of "
+                       f"its first value in {count['entropy_kept']}/{n}, format valid in {count['format_ok']}/{n}.")
     for row in pairs:
         m, sd, pos, n = row["final"]
         if not n:
             continue
-        same_sign = pos in (0, n)
+        d = row["final_diffs"]
+        same_sign = bool(np.all(d > 0) or np.all(d < 0))          # a zero difference is neither sign
         beyond = same_sign and n >= 2 and not math.isnan(sd) and abs(m) > sd
         word = ("higher" if m > 0 else "lower") if beyond else "not resolved (within the seed spread)"
         out.append(f"- **{row['pair']}**, final validation success: {m:+.3f} ± {sd:.3f} over {n} seeds "
@@ -411,8 +466,9 @@ def write_page(path: str | Path, runs: list[dict], arm_by: list[str] | None, col
               f"{final_window} evaluations, `AUC` = mean over all evaluations during training, `peak` = best "
               "evaluation, `stable` = fraction of seeds never below 0.01.\n", format_table(table) + "\n"]
     if columns:
-        parts += [f"Diagnostics: a key alone = mean of its last {final_window} logged values, `@first` = its first "
-                  "logged value, `@peak` = at the validation peak, `@mean` = mean over the run.\n",
+        legend = "; ".join(f"{label(c)} = `{c}`" for c in columns)
+        parts += [f"Diagnostics: a key alone = mean of its last {final_window} logged values, (first) = its first "
+                  f"logged value, (peak) = at the validation peak, (mean) = mean over the run. Columns: {legend}.\n",
                   format_table(table, columns, task=False) + "\n"]
     if pairs:
         parts += ["## Paired differences between arms\n", "Per seed, arm A minus arm B (the same seed means the "
@@ -472,7 +528,8 @@ def main(argv=None) -> None:
         intro = Path(args.intro).read_text() if args.intro else ""
         given = [str(a) for a in (argv if argv is not None else sys.argv[1:])]
         parents = {str(Path(d).parent) for d in args.runs}
-        shown = [f"{parents.pop()}/*"] if len(parents) == 1 else args.runs
+        prefix = os.path.commonprefix([Path(d).name for d in args.runs])     # e.g. classroom- (not other runs)
+        shown = [f"{parents.pop()}/{prefix}*"] if len(parents) == 1 else args.runs
         command = "python report.py " + " ".join(shown + [a for a in given if a not in args.runs])
         print(f"wrote {write_page(args.page, runs, arm_by, columns, pairs, figure_keys, intro, command, args.final_window)}")
         return

@@ -1,6 +1,6 @@
 """Multi-turn agent rollouts over P x G environments with batched HF `generate`; Trajectory records; tensors.
 
-What it implements (paper Sec. 4 / App. B; official-code facts in spec/reference-code.md Sec. 5.1 and 6):
+What it implements (paper Sec. 4 / App. B, and the official code, mll-lab-nu/RAGEN):
 - P groups x G members, group-contiguous (trajectory i is in group i // G); every member of group i resets
   with seeds[i], so a group shares its first prompt (the precondition of reward variance, RV, and of the MI
   proxy's first-turn family).

@@ -1,6 +1,6 @@
 """Run directories: config, metrics, samples, checkpoints and exact resume (boilerplate, no algorithm here).
 
-A run lives in `runs/<name>/` (design.md, "Run directory"):
+A run lives in `runs/<name>/`:
 
     config.json      every resolved flag, plus seed, library versions, git commit, start time
     metrics.jsonl    one JSON object per step (namespaced keys: train/, rollout/, filter/, mi_first_turn/, val/, time/),
@@ -9,19 +9,25 @@ A run lives in `runs/<name>/` (design.md, "Run directory"):
     checkpoints/last model, optimizer(s), RNG states, step, EMA and early-stop state: enough to continue *exactly*
     plots/           written at the end by report.py
 
-Checkpoints are written to a temporary directory and renamed into place, so an interrupted save never destroys
-the previous checkpoint. `--resume runs/<name>` reloads `config.json`; flags given on the command line must agree
+Checkpoints are written to a temporary directory and renamed into place; the one they replace moves to
+`checkpoints/prev/`, and a resume whose last checkpoint cannot be read falls back to it (with a warning). A run
+directory is locked (`.lock`, flock) for the life of the process that writes it, so a second `train.py` on the
+same name is refused instead of interleaving its steps; the lock dies with its holder, so a crash never blocks a
+later `--resume`. Readers skip a torn last line of a JSONL log (power loss mid-write) with a warning naming the
+file; a bad line anywhere else is an error naming file and line. `--resume runs/<name>` reloads `config.json`; flags given on the command line must agree
 with it, except those in `RESUMABLE_OVERRIDES` (e.g. `--steps` to extend a run). Disagreement is an error raised
 before any model is loaded.
 
 What it leaves out: remote trackers (wandb/tensorboard go through accelerate's trackers in train.py) and
-multi-checkpoint retention (only the last checkpoint is kept; runs are small).
+multi-checkpoint retention (the last checkpoint and the one before it are kept).
 
 Run: imported by train.py; `python runlog.py runs/<name>` prints the last logged metrics of a run.
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import math
 import os
 import platform
 import random
@@ -29,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +44,7 @@ import torch
 # Flags that may differ between the original run and a resumed one (they do not change what the algorithm
 # computes up to the resumed step).
 RESUMABLE_OVERRIDES = {"steps", "resume", "eval_every", "save_every", "log_samples", "progress", "trackers",
-                       "early_stop_empty", "early_stop_rv", "early_stop_val"}
+                       "early_stop_empty", "early_stop_rv", "early_stop_val", "stop_nonfinite"}
 
 
 def git_commit() -> str:
@@ -87,7 +94,7 @@ class RunLog:
         """One line per step; flushed and fsync'ed so that `tail -f` and crashes both see every finished step."""
         if self.enabled:
             row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
-            self._metrics.write(json.dumps(row) + "\n")
+            self._metrics.write(json.dumps(row, allow_nan=False) + "\n")    # NaN/inf were turned into null
             self._metrics.flush()
             os.fsync(self._metrics.fileno())
 
@@ -104,8 +111,9 @@ class RunLog:
         for name, handle in (("metrics.jsonl", "_metrics"), ("samples.jsonl", "_samples")):
             getattr(self, handle).close()
             path = self.dir / name
-            keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-            _atomic_write_text(path, "".join(ln + "\n" for ln in keep))
+            keep = [r for r in read_jsonl(path) if r["step"] <= step]          # also drops a torn last line
+            _atomic_write_text(path, "".join(json.dumps({k: _plain(v) for k, v in r.items()}, allow_nan=False)
+                                             + "\n" for r in keep))      # old logs may hold bare NaN
             setattr(self, handle, open(path, "a", buffering=1))
 
     def close(self) -> None:
@@ -114,10 +122,63 @@ class RunLog:
                 f.close()
 
 
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Rows of a JSONL log. A torn LAST line (a write cut short) is skipped with a warning; a bad line elsewhere
+    raises ValueError naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = [(i + 1, ln) for i, ln in enumerate(path.read_text(errors="replace").splitlines()) if ln.strip()]
+    rows = []
+    for k, (no, ln) in enumerate(lines):
+        try:
+            rows.append(json.loads(ln))
+        except json.JSONDecodeError as err:
+            if k == len(lines) - 1:
+                warnings.warn(f"{path}: line {no} is torn (incomplete write), skipped", stacklevel=2)
+                break
+            raise ValueError(f"{path}: line {no} is not valid JSON ({err})") from None
+    return rows
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """All logged steps of a run, in order."""
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+    return read_jsonl(Path(run_dir) / "metrics.jsonl")
+
+
+class RunLock:
+    """An exclusive lock on a run directory for the life of this process (fcntl.flock on <run>/.lock): a second
+    writer is refused; the kernel releases the lock when the holder exits or dies."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / ".lock"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a+")
+        try:
+            fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._f.seek(0)
+            holder = self._f.read().strip() or "another process"
+            self._f.close()
+            raise ValueError(f"{run_dir} is in use by {holder}: one train.py per run directory "
+                             "(wait for it to end, or choose another --name)") from None
+        self._f.seek(0)
+        self._f.truncate()
+        self._f.write(f"pid {os.getpid()} on {platform.node()}\n")
+        self._f.flush()
+
+    def release(self) -> None:
+        if not self._f.closed:
+            fcntl.flock(self._f, fcntl.LOCK_UN)
+            self._f.close()
+
+
+def checkpoint_expected(run_dir: str | Path, save_every: int) -> bool:
+    """Whether a checkpoint must exist: the run finished, or a step after the first periodic save was logged."""
+    if (Path(run_dir) / "finished.json").exists():
+        return True
+    steps = [r["step"] for r in read_metrics(run_dir)]
+    return bool(save_every) and any(s >= save_every for s in steps)
 
 
 def load_config(run_dir: str | Path) -> dict:
@@ -156,27 +217,46 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(run_dir: str | Path, state: dict, rank: int = 0) -> Path:
-    """Write `state` (tensors, optimizer states, plain Python) as checkpoints/last/rank{r}.pt, atomically.
+    """Write `state` (tensors, optimizer states, plain Python) as checkpoints/last/rank{r}.pt, atomically; the file
+    it replaces becomes checkpoints/prev/rank{r}.pt (the fallback of load_checkpoint).
 
-    Each process writes its own file (RNG states differ per process); rank 0 additionally owns the directory swap.
+    Each process writes its own file (RNG states differ per process).
     """
-    final = Path(run_dir) / "checkpoints" / "last"
-    tmp = Path(run_dir) / "checkpoints" / f".tmp-{rank}"
+    ckpts = Path(run_dir) / "checkpoints"
+    final, prev, tmp = ckpts / "last", ckpts / "prev", ckpts / f".tmp-{rank}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     torch.save(state, tmp / f"rank{rank}.pt")
     final.mkdir(parents=True, exist_ok=True)
+    prev.mkdir(parents=True, exist_ok=True)
+    if (final / f"rank{rank}.pt").exists():
+        os.replace(final / f"rank{rank}.pt", prev / f"rank{rank}.pt")
     os.replace(tmp / f"rank{rank}.pt", final / f"rank{rank}.pt")  # atomic on POSIX
     shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
 def load_checkpoint(run_dir: str | Path, rank: int = 0) -> dict | None:
-    path = Path(run_dir) / "checkpoints" / "last" / f"rank{rank}.pt"
-    if not path.exists():
-        return None
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """The last checkpoint; if it is missing or unreadable, the previous one (with a warning); None if there is
+    neither. Two unreadable files raise ValueError naming them."""
+    ckpts = Path(run_dir) / "checkpoints"
+    last = ckpts / "last" / f"rank{rank}.pt"
+    paths = [p for p in (last, ckpts / "prev" / f"rank{rank}.pt") if p.exists()]
+    errors = []
+    for path in paths:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as err:                      # truncated / corrupt file: try the previous checkpoint
+            errors.append(f"{path}: {type(err).__name__}: {err}")
+            continue
+        if path != last:
+            warnings.warn(f"{last} could not be read ({errors[0] if errors else 'missing'}); falling back to the "
+                          f"previous checkpoint {path} (step {state.get('step')})", stacklevel=2)
+        return state
+    if errors:
+        raise ValueError("no readable checkpoint: " + "; ".join(errors))
+    return None
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
@@ -187,17 +267,24 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 def _plain(v):
-    """JSON-friendly scalar: tensors and numpy numbers become Python floats/ints."""
+    """JSON-friendly scalar: tensors and numpy numbers become Python floats/ints; NaN and inf become null (bare
+    NaN is not JSON)."""
     if isinstance(v, torch.Tensor):
-        return v.item() if v.numel() == 1 else v.tolist()
-    if isinstance(v, np.generic):
-        return v.item()
+        v = v.item() if v.numel() == 1 else v.tolist()
+    elif isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
     return v
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python runlog.py runs/<name>")
+    if not Path(sys.argv[1]).is_dir():
+        sys.exit(f"{sys.argv[1]}: no such run directory")
     rows = read_metrics(sys.argv[1])
     if not rows:
         sys.exit(f"no metrics in {sys.argv[1]}")

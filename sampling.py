@@ -138,11 +138,31 @@ class _StopAndRecord(StoppingCriteria):
         return done
 
 
+def turn_end_id(tokenizer) -> int | None:
+    """The special token the chat template closes an assistant turn with (e.g. `<|im_end|>`), or None. Base
+    checkpoints often have a different eos (Qwen2.5 base: `<|endoftext|>`), and without this id in the stop set a
+    turn would run on into an invented next user turn."""
+    mark = "QZXJ-END-OF-CONTENT"
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": mark}],
+                                             tokenize=False)
+    except Exception:                                  # no chat template: nothing to add
+        return None
+    if mark not in text:
+        return None
+    ids = tokenizer.encode(text.split(mark, 1)[1], add_special_tokens=False)
+    special = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    return ids[0] if ids and ids[0] in special else None
+
+
 def eos_ids(model, tokenizer) -> set:
-    """End-of-turn ids: the model's generation-config eos id(s) plus the tokenizer's eos."""
+    """End-of-turn ids: the model's generation-config eos id(s), the tokenizer's eos, and the chat template's
+    turn terminator (turn_end_id)."""
     ids = model.generation_config.eos_token_id
     ids = set(ids if isinstance(ids, (list, tuple)) else [ids] if ids is not None else [])
-    return ids | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+    ids |= {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    end = turn_end_id(tokenizer)
+    return ids | ({end} if end is not None else set())
 
 
 @torch.no_grad()

@@ -11,20 +11,21 @@ expected: ‖g_task‖ rises with the bucket's RV, ‖g_reg‖ stays flat.
 
 What this file implements:
   split_into_buckets   groups -> `all` + bucket_1..bucket_n (low -> high RV): `quantile` (equal counts, the last
-                       bucket takes the remainder, reference-code §1.10) or `fixed_rv` (reward-std intervals
+                       bucket takes the remainder, the official code) or `fixed_rv` (reward-std intervals
                        [0,1), [1,2), ..., [5, inf), designed for Sokoban's reward scale).
   component_grad_norms one forward per micro-batch, one `torch.autograd.grad` per component (retain_graph), the
                        component gradients accumulated separately; then the global L2 norm of each. No optimizer
                        step, the model's .grad is left untouched.
   bucket_report        all buckets of one training batch -> a flat metrics dict (train.py logs it under grad/).
-  main                 a probe: `python snr.py [train.py flags] [--buckets 6] [--from-run runs/<name>]` rolls out
-                       one batch, prints the table, saves a figure.
+  report_table         that dict as a Markdown table.
+A library: the probe CLI (one batch of a fresh or trained policy) is experiments/snr_probe.py, the figure is
+report.plot_buckets.
 
 Deliberate differences from the official code (README "paper vs code"):
   * every bucket's loss is normalised by the bucket's OWN token count (sequence count under the seq-mean-*
     aggregations), so norms are comparable across buckets of different sizes. The reference divides by the
     nominal mini-batch accumulation count, which makes a small bucket's raw norm shrink with its size
-    (reference-code §4 "subtlety").
+    (the official code "subtlety").
   * the analysed batch is the UNFILTERED batch with plain advantages (no soft reweighting / loss scaling; under
     DAPO the first rollout round, before dynamic sampling): the figure is about every prompt's gradient, and a
     filter would remove the low-RV buckets it is meant to show. The reference analyses the filtered batch by
@@ -40,14 +41,12 @@ Memory: three parameter-sized fp32 buffers (task, entropy, KL) besides the model
 Leaves out: the separate analysis-only rollout shape of the reference (run the probe with other --groups instead)
 and the reference's truncation of buckets to multiples of the GPU count (not needed: we reduce exactly).
 
-Run:  python snr.py --model tiny --env bandit --algo grpo --groups 12 --group-size 4      (seconds)
-      python snr.py --env bandit --algo grpo --groups 12 --group-size 8 --temperature 0.7 (SmolLM2, minutes)
-      python snr.py --from-run runs/demo-<date> --step 8 --plot fig3.png       (a trained policy, its flags)
+Run:  python experiments/snr_probe.py --model tiny --env bandit --algo grpo --groups 12 --group-size 4  (seconds)
+      python experiments/snr_probe.py --from-run runs/demo-<date> --step 8 --plot fig3.png   (a trained policy)
       python train.py ... --grad-analysis-every 20 [--grad-buckets 6 --grad-bucket-mode quantile]  (inside a run)
 """
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
@@ -178,76 +177,3 @@ def report_table(m: dict) -> str:
         cells = [f"{m[f'grad/{b}/{c}']:.4g}" if f"grad/{b}/{c}" in m else "-" for c in cols]
         lines.append(f"| {b} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def plot_buckets(m: dict, path, title: str = "") -> None:
-    """Fig. 3 in the paper's layout: norms per bucket against the bucket's mean reward std."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    names = sorted({k.split("/")[1] for k in m if k.split("/")[1] != "all"}, key=lambda b: int(b.split("_")[1]))
-    x = [m[f"grad/{b}/std_mean"] for b in names]
-    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
-    ax[0].plot(x, [m[f"grad/{b}/task"] for b in names], "o-", label="‖g_task‖")
-    ax[0].set_title("task gradient")
-    for c, style in (("reg", "o-"), ("entropy", "s--"), ("kl", "^--")):
-        if f"grad/{names[0]}/{c}" in m:
-            ax[1].plot(x, [m[f"grad/{b}/{c}"] for b in names], style, label=f"‖g_{c}‖")
-    ax[1].set_title("regulariser gradients")
-    for a in ax:
-        a.set_xlabel("bucket mean reward std")
-        a.legend()
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def main(argv=None) -> dict:
-    """Probe: one rollout batch with the given train.py flags (policy from --from-run's checkpoint if given),
-    all groups unfiltered, bucket table printed and Fig. 3 saved."""
-    ap = argparse.ArgumentParser(prog="snr.py", description=__doc__.split("\n")[0],
-                                 epilog="every other flag is a train.py flag (python train.py --help)")
-    ap.add_argument("--from-run", default="", help="the policy (and critic) of this run's last checkpoint, and the "
-                    "run's config.json for every train.py flag not given here")
-    ap.add_argument("--step", type=int, default=0, help="rollout seeds of this training step [0]")
-    ap.add_argument("--plot", default="snr_buckets.png", help="figure path ('' = none) [snr_buckets.png]")
-    own, rest = ap.parse_known_args(argv)
-    import config
-    import runlog
-    import train
-    from accelerate import Accelerator
-    args, _ = config.resolve(rest, base_run=own.from_run)
-    if args.group_size < 2:
-        raise ValueError(f"--group-size: RV buckets need G >= 2, got {args.group_size}")
-    acc = Accelerator(cpu=args.cpu)
-    dist = train.Dist(acc)
-    train.check_world(args, dist)
-    torch.manual_seed(args.seed)
-    model, tok = policy.load(args.model, device=acc.device, seed=args.seed)
-    critic = policy.make_critic(model) if args.adv == "gae" else None
-    ref = None
-    if args.kl_coef > 0:                      # KL to the INITIAL model, as in training (copied before loading)
-        import copy
-        ref = copy.deepcopy(model).eval().requires_grad_(False)
-    if own.from_run:
-        ckpt = runlog.load_checkpoint(own.from_run, rank=dist.rank)
-        if ckpt is None:
-            raise ValueError(f"--from-run: no checkpoint in {own.from_run}/checkpoints/last")
-        model.load_state_dict(ckpt["model"])
-        if critic is not None and ckpt["critic"] is not None:
-            critic.load_state_dict(ckpt["critic"])
-    model.eval()
-    torch.manual_seed(train.step_seed(args.seed, own.step, dist.rank))
-    local, first, R, owner, _ = train.collect(own.step, model, tok, args, train.rollout_config(args), dist)
-    m = train.grad_analysis(local, first, R, owner, model, critic, ref, tok, args, dist)
-    if dist.main:
-        print(report_table(m))
-        if own.plot:
-            plot_buckets(m, own.plot)
-    return m
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Sokoban room generation by reverse play, with a solvability check inside the action budget.
 
-What it implements (reference-code.md section 5.2, the gym-sokoban generator as used by RAGEN's CoordSokoban):
+What it implements (the gym-sokoban generator as used by RAGEN's CoordSokoban):
   1. topology: a random walk of int(1.7 * (rows + cols)) steps (20 for 6x6) from a random interior cell; the
      direction changes with probability 0.35 per step, every step stamps one of five 3x3 floor masks centred on
      the walker, the walker is clamped to the interior and the outer ring is forced to wall;

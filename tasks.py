@@ -1,17 +1,17 @@
 """The single-turn text tasks of RAGEN-2: Countdown, MetaMathQA and Bandit (environments with free-form answers).
 
-What it implements (paper section 4 / App. B; official-code facts in spec/reference-code.md sections 5.4-5.6):
+What it implements (paper section 4 / App. B, and the official code, mll-lab-nu/RAGEN):
   * countdown  3-4 numbers and a reachable target; the answer is an arithmetic expression read by a safe
                `ast` walker (never `eval`): 1.0 correct, 0.1 right numbers but wrong value, 0 otherwise.
   * metamathqa a MetaMathQA-format file (answer after "The answer is:") or built-in word problems with exact
                answers; normalised exact match; reward 1/2^attempt. 1 turn, 1 answer by default.
   * bandit     two arms named after an occupational pair: the low-risk arm pays 0.1, the high-risk arm pays
                1.0 with probability 0.25 (else 0). Success = the high-risk arm was chosen. Option
-               `payout="deterministic"` (not in the paper; experiments/classroom.py): the high-risk arm pays 1, the
+               `payout="deterministic"` (not in the paper; the classroom protocol, experiments/classroom.md): the high-risk arm pays 1, the
                low-risk arm 0, so a group's reward variance is p(1-p) of its success rate p (pure signal), and the
                input-agnostic template "always the first-listed arm" succeeds 50 % of the time (fair arm order).
 They share the Env protocol of envs.py (reset/step/render, budgets, instructions) and are built through
-`envs.make_env`; envs.py's docstring lists the deliberate differences from the official code.
+`envs.make_env` (their base class is env_base.Env); envs.py's docstring lists the deliberate differences from the official code.
 
 Left out: downloading the public Countdown / MetaMathQA sets (pass a local `data_path` instead).
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from envs import Env, _int_opt
+from env_base import Env, _int_opt
 
 
 # ---------------------------------------------------------------------------------------------- data files
@@ -102,6 +102,24 @@ def parse_expression(text: str):
         return numbers, None
 
 
+def countdown_row(r: dict, path, i: int) -> tuple[list[int], int]:
+    """(nums, target) of data row i: a non-empty list of integers and an integer (ints given as floats/strings
+    are accepted when exact), else ValueError naming the file and the row."""
+    def integer(v):
+        if isinstance(v, bool):
+            raise ValueError
+        if isinstance(v, float) and not v.is_integer():
+            raise ValueError
+        return int(v)
+    try:
+        if not isinstance(r["nums"], (list, tuple)) or not r["nums"]:
+            raise ValueError
+        return [integer(n) for n in r["nums"]], integer(r["target"])
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"data_path={str(path)!r}, row {i}: need nums = a non-empty list of integers and target = "
+                         f"an integer, got nums={r['nums']!r}, target={r['target']!r}") from None
+
+
 def countdown_reward(answer: str, nums, target) -> float:
     """1.0 if the expression uses exactly the multiset `nums` and equals target (tolerance 1e-5); 0.1 if the
     numbers are right but the value is wrong (or divides by zero); 0.0 if malformed or the numbers differ."""
@@ -162,8 +180,7 @@ class Countdown(Env):
             if set(ops) not in ({"+", "-"}, set("+-*/")):
                 raise ValueError(f"with data_path, ops must be '+-*/' (all rows) or '+-' (rows solvable with "
                                  f"signs only), got {ops!r}")
-            rows = [([int(n) for n in r["nums"]], int(r["target"]))
-                    for r in load_records(data_path, ("nums", "target"))]
+            rows = [countdown_row(r, data_path, i) for i, r in enumerate(load_records(data_path, ("nums", "target")))]
             # (nums, target, solution or None): the signed-sum solution doubles as the certificate
             self.data = [(n, t, signed_sum(n, t)) for n, t in rows]
             if len(ops) == 2:
@@ -224,11 +241,21 @@ def word_problem(rng: np.random.Generator):
     return question, str(answer)
 
 
+MAX_NUMBER_CHARS, MAX_EXPONENT = 64, 100     # a longer number or |exponent| > 100 is never a match
+
+
 def _number(text: str):
-    """'5', '5.0', '-3', '1/2', '1,000', '$12' -> Fraction; None when the text is not a plain number."""
+    """'5', '5.0', '-3', '1/2', '1,000', '$12', '1e3' -> Fraction; None when the text is not a plain number or is
+    out of range. Bounded first: Fraction('1e999999999') would build a billion-digit integer (hours), so a text
+    over MAX_NUMBER_CHARS characters or with an exponent beyond +/-MAX_EXPONENT is not read at all."""
     text = text.lstrip("$")
+    if len(text) > MAX_NUMBER_CHARS:
+        return None
     if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", text):
         text = text.replace(",", "")                                 # thousands separators only
+    exp = re.search(r"[eE]([+-]?\d+)$", text)
+    if exp and abs(int(exp.group(1))) > MAX_EXPONENT:
+        return None
     try:
         return Fraction(text)
     except (ValueError, ZeroDivisionError):
@@ -285,7 +312,7 @@ class MetaMathQA(Env):
         reward = 0.5 ** self.num_actions if correct else 0.0          # num_actions = earlier graded answers
         self.success = correct
         self.done = correct or self.num_actions + 1 >= self.max_actions
-        self.obs = "Correct!" if correct else "Incorrect. Please think again."
+        self.obs = "Correct!" if correct else ("Incorrect." if self.done else "Incorrect. Please think again.")
         return reward, {"effective": True}
 
     def render(self) -> str:

@@ -1,6 +1,6 @@
 """nanoRAGEN training loop: multi-turn agent RL (PPO, DAPO, GRPO, Dr.GRPO) with SNR-Aware Filtering and MI logging.
 
-One iteration (paper §2-4, design.md "One training step"; each line is a call into the file named after it):
+One iteration (paper §2-4; each line is a call into the file named after it):
 
     trajs   = rollout.rollout(model, P groups x G envs)          # group i: G envs reset with one seed
     R       = returns as a (P, G) matrix (gathered over processes)
@@ -33,6 +33,7 @@ import copy
 import dataclasses
 import json
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,15 +103,21 @@ def step_seed(seed: int, step: int, rank: int, stream: int = 0) -> int:
 # ------------------------------------------------------------------------------------------------- early stops
 @dataclass
 class EarlyStop:
-    """The reference's three stops (reference-code §3.7), each switchable; the state is checkpointed."""
+    """The reference's three stops, each switchable, plus ours for a diverged run (every
+    update of N consecutive steps skipped for a non-finite gradient norm); the state is checkpointed."""
     empty_limit: int = 5
     use_rv: bool = False
     use_val: bool = False
+    nonfinite_limit: int = 3
     empty_streak: int = 0
     rv_history: list = field(default_factory=list)   # pre-filter mean group reward std of non-empty steps
     low_val_streak: int = 0
+    nonfinite_streak: int = 0
 
-    def after_step(self, empty: bool, rv_std_mean: float) -> str:
+    def after_step(self, empty: bool, rv_std_mean: float, all_skipped: bool = False) -> str:
+        self.nonfinite_streak = self.nonfinite_streak + 1 if all_skipped else 0
+        if self.nonfinite_limit and self.nonfinite_streak >= self.nonfinite_limit:
+            return "nonfinite_updates"
         self.empty_streak = self.empty_streak + 1 if empty else 0
         if self.empty_limit and self.empty_streak >= self.empty_limit:
             return "empty_filtered_steps"
@@ -176,6 +183,18 @@ def collect(step, model, tok, args, rcfg, dist: Dist):
     return local, first, (torch.stack(rows) if rows else R), torch.tensor(owner, dtype=torch.long), metrics
 
 
+ROUND0_KEYS = ("filter/zero_rv_count", "filter/rv_mean", "filter/rv_min", "filter/rv_max", "filter/rv_std_over_mean",
+               "filter/reward_std_mean", "filter/reward_std_std_over_mean", "filter/reward_mean")
+
+
+def round0_rv_metrics(first, args, dist: Dist) -> dict:
+    """The RV statistics of DAPO's first rollout round (the unfiltered population): what filter/* and the RV early
+    stop read under dynamic sampling. The resampled batch has no zero-RV group by construction."""
+    R0 = gather_returns(first, args.group_size, dist)                  # (P, G)
+    pre = rvfilter.apply_filter(R0, rvfilter.FilterConfig(strategy="none")).metrics
+    return {k: pre[k] for k in ROUND0_KEYS if k in pre}
+
+
 # --------------------------------------------------------------------------------------------------- MI proxy
 def mi_metrics(step, trajs, model, frozen, args, emas, dist: Dist) -> dict:
     """Both MI families on the unfiltered batch, scored by the policy and/or the frozen initial model."""
@@ -193,7 +212,7 @@ def mi_metrics(step, trajs, model, frozen, args, emas, dist: Dist) -> dict:
             emas.setdefault(key, mi_proxy.ZScoreEMA())
             m = mi_proxy.mi_report(scorer, everything, family=family, num_samples=args.mi_samples, rng=rng,
                                    ema=emas[key], n_perm=args.mi_null, pairs=pairs,
-                                   bf16=None if args.bf16 else False)
+                                   bf16=None if args.bf16 else False, temperature=config.score_temperature(args))
             out.update({f"mi_{key}/{k}": v for k, v in m.items()})
     return out
 
@@ -238,19 +257,47 @@ def sample_records(trajs, n: int) -> list[dict]:
 
 
 class StopFlag:
-    """First Ctrl-C: finish or abandon the current step cleanly, save a checkpoint, exit. Second: exit at once."""
+    """First Ctrl-C or SIGTERM (timeouts, schedulers, preemption): finish or abandon the current step cleanly, save a
+    checkpoint, exit with 128 + the signal number. A second signal: exit at once."""
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
-        self.set = False
-        self._prev = signal.signal(signal.SIGINT, self._handler)
+        self.set, self.signum = False, 0
+        self._prev = {s: signal.signal(s, self._handler) for s in self.SIGNALS}
 
-    def _handler(self, *_):
+    def _handler(self, signum, _frame):
         if self.set:
             raise KeyboardInterrupt
-        self.set = True
+        self.set, self.signum = True, signum
 
     def restore(self):
-        signal.signal(signal.SIGINT, self._prev)
+        for s, prev in self._prev.items():
+            signal.signal(s, prev)
+
+
+def show_progress(bar, step: int, m: dict, args) -> None:
+    """The progress bar's postfix, or one printed line per step with --no-progress. s/step excludes the MI proxy
+    and validation (shown apart when they ran), as the reference's timing does."""
+    info = {"s/step": f"{m['time/step']:.0f}", "R": f"{m['rollout/return']:.2f}", "succ": f"{m['rollout/success']:.2f}",
+            "kept": f"{m.get('filter/kept_frac', 0):.2f}"}
+    for key, name in (("mi_first_turn/mi_estimate", "MI"), ("val/success", "val"), ("time/mi", "s/MI"),
+                      ("time/eval", "s/val")):
+        if key in m:
+            info[name] = f"{m[key]:.3f}" if name == "MI" else f"{m[key]:.2f}" if name == "val" else f"{m[key]:.0f}"
+    if args.progress:
+        bar.set_postfix(info)
+    else:
+        print(f"step {step + 1}/{args.steps} " + " ".join(f"{k}={v}" for k, v in info.items()), flush=True)
+
+
+def run_summary(run_dir: Path, step: int, plots: list) -> str:
+    """What a finished (or stopped) invocation prints: steps, last validation success, where things are."""
+    s, v = report.curve(runlog.read_metrics(run_dir), "val/success")
+    val = (f"validation success {v[-1]:.3f} at step {int(s[-1])} (before training: "
+           f"{v[s < 0][0]:.3f})" if v.size and (s < 0).any() else
+           f"validation success {v[-1]:.3f} at step {int(s[-1])}" if v.size else "no validation (--eval-every 0)")
+    return (f"{run_dir}: {step} steps done; {val}; metrics {run_dir / 'metrics.jsonl'}"
+            + (f"; plot {plots[0]}" if plots else ""))
 
 
 def save(run_dir, step, model, critic, opt, copt, emas, stopper, dist: Dist) -> None:
@@ -272,6 +319,41 @@ def rollout_config(args) -> rollout.RolloutConfig:
                                  bf16=None if args.bf16 else False, val_temperature=args.val_temperature)
 
 
+def open_run(run_dir: Path, args, dist: Dist):
+    """Checks, then the lock (main process), then the checkpoint to resume from; every process raises together
+    (a refusal on one rank alone would leave the others waiting in a collective). Nothing is written before every
+    check has passed. Returns (lock or None, checkpoint or None)."""
+    held = "already holds a run: continue it with --resume {d} or choose --name"
+    err, lock, ckpt = None, None, None
+    try:
+        if not args.resume and runlog.read_metrics(run_dir):
+            raise config.UsageError(f"{run_dir} " + held.format(d=run_dir))
+        if args.resume:
+            ckpt = runlog.load_checkpoint(run_dir, rank=dist.rank)
+            if ckpt is None and runlog.checkpoint_expected(run_dir, args.save_every):
+                raise config.UsageError(
+                    f"--resume {run_dir}: its metrics show steps after a checkpoint was written, but "
+                    f"checkpoints/last/rank{dist.rank}.pt (and prev/) is missing; refusing to restart from step 0 "
+                    "over the logged steps (start a new run with --name instead)")
+            if ckpt is not None and ckpt["step"] > args.steps:
+                raise config.UsageError(f"--steps {args.steps} is below the checkpoint's step {ckpt['step']}: "
+                                        "nothing to do")
+        if dist.main:
+            lock = runlog.RunLock(run_dir)
+            if not args.resume and runlog.read_metrics(run_dir):   # again under the lock: a run started meanwhile
+                raise config.UsageError(f"{run_dir} " + held.format(d=run_dir))
+    except ValueError as e:                          # UsageError, RunLock's refusal, unreadable checkpoints
+        err = e
+    steps = dist.gather([-1 if ckpt is None else int(ckpt["step"])])
+    if err is None and len(set(steps)) > 1:          # e.g. one rank fell back to checkpoints/prev
+        err = config.UsageError(f"--resume {run_dir}: the processes' checkpoints are at different steps {steps}")
+    if dist.any(err is not None):
+        if lock is not None:
+            lock.release()
+        raise config.UsageError(str(err) if err is not None else "refused on another process (see its message)")
+    return lock, ckpt
+
+
 def main(argv=None) -> Path:
     args, _ = config.resolve(argv)
     from accelerate import Accelerator
@@ -279,11 +361,14 @@ def main(argv=None) -> Path:
     dist = Dist(acc)
     check_world(args, dist)
     run_dir = Path(args.resume) if args.resume else Path(args.out_dir) / args.name
-    if not args.resume and runlog.read_metrics(run_dir):
-        raise ValueError(f"{run_dir} already holds a run: continue it with --resume {run_dir} or choose --name")
-    ckpt = runlog.load_checkpoint(run_dir, rank=dist.rank) if args.resume else None
-    if ckpt is not None and ckpt["step"] > args.steps:      # checked before config.json is touched
-        raise ValueError(f"--steps {args.steps} is below the checkpoint's step {ckpt['step']}: nothing to do")
+    if not args.resume and runlog.read_metrics(run_dir):     # cheap check first: before the model loads
+        raise config.UsageError(f"{run_dir} already holds a run: continue it with --resume {run_dir} or choose --name")
+
+    # ---- models: policy (+ critic for GAE) (+ frozen copy of the initial policy for KL / frozen MI scorer),
+    # loaded before the run directory is touched, so a model that cannot be loaded leaves nothing behind
+    torch.manual_seed(args.seed)
+    model, tok = policy.load(args.model, device=acc.device, seed=args.seed)
+    lock, ckpt = open_run(run_dir, args, dist)
     acc.wait_for_everyone()
     log = runlog.RunLog(run_dir, enabled=dist.main)
     log.write_config(dataclasses.asdict(args))
@@ -291,10 +376,6 @@ def main(argv=None) -> Path:
         (run_dir / "finished.json").unlink(missing_ok=True)       # written again when this invocation completes
     if args.trackers:
         acc.init_trackers(args.name, config=dataclasses.asdict(args))
-
-    # ---- models: policy (+ critic for GAE) (+ frozen copy of the initial policy for KL / frozen MI scorer)
-    torch.manual_seed(args.seed)
-    model, tok = policy.load(args.model, device=acc.device, seed=args.seed)
     frozen = None
     if args.kl_coef > 0 or (args.mi_every and args.mi_scorer != "policy"):
         frozen = copy.deepcopy(model).eval().requires_grad_(False)
@@ -303,7 +384,7 @@ def main(argv=None) -> Path:
     copt = (torch.optim.AdamW(critic.parameters(), lr=args.critic_lr, betas=(0.9, 0.999),
                               weight_decay=args.weight_decay) if critic is not None else None)
     emas: dict[str, mi_proxy.ZScoreEMA] = {}
-    stopper = EarlyStop(args.early_stop_empty, args.early_stop_rv, args.early_stop_val)
+    stopper = EarlyStop(args.early_stop_empty, args.early_stop_rv, args.early_stop_val, args.stop_nonfinite)
     start = 0
     if ckpt is not None:
         start = ckpt["step"]
@@ -315,8 +396,8 @@ def main(argv=None) -> Path:
         for k, st in ckpt["emas"].items():
             emas[k] = mi_proxy.ZScoreEMA()
             emas[k].load_state_dict(st)
-        for k in ("empty_streak", "rv_history", "low_val_streak"):       # limits come from the current flags
-            setattr(stopper, k, ckpt["early_stop"][k])
+        for k in ("empty_streak", "rv_history", "low_val_streak", "nonfinite_streak"):   # limits: current flags
+            setattr(stopper, k, ckpt["early_stop"].get(k, 0))
         runlog.set_rng_state(ckpt["rng"])
     if args.resume:
         log.truncate_after(start - 1 if ckpt is not None else -2)     # no checkpoint: start over from scratch
@@ -326,7 +407,7 @@ def main(argv=None) -> Path:
     from tqdm import tqdm
     bar = tqdm(range(start, args.steps), initial=start, total=args.steps, disable=not (dist.main and args.progress),
                desc=args.name, dynamic_ncols=True)
-    flag, stop_reason, step = StopFlag(), "", start
+    flag, stop_reason, step, saved = StopFlag(), "", start, -1
     try:
         if start == 0 and args.eval_every and args.val_envs:
             log.log(-1, evaluate(model, tok, args, rcfg, dist))              # before training, as the reference
@@ -351,6 +432,8 @@ def main(argv=None) -> Path:
                 stats = traj_statistic(local, R, owner, model, args, dist)
             fres = rvfilter.apply_filter(R, fcfg, stats) if len(R) else None
             m.update(fres.metrics if fres else {"filter/empty": 1.0})
+            if args.dynamic_sampling:    # DAPO: describe the population before resampling (round 0), not the
+                m.update(round0_rv_metrics(first, args, dist))   # resampled batch, which has no zero-RV group
             # (optional) paper Fig. 3: gradient norms per RV bucket of the unfiltered batch, before the update
             if args.grad_analysis_every and step % args.grad_analysis_every == 0 and (len(R) or args.dynamic_sampling):
                 t4 = time.perf_counter()
@@ -365,7 +448,12 @@ def main(argv=None) -> Path:
                 m.update(update(model, critic, opt, copt, batch, args, dist))
                 model.eval()
             m["time/update"] = time.perf_counter() - t2
-            reason = stopper.after_step(fres is None or fres.empty, m.get("filter/reward_std_mean", 0.0))
+            skipped = m.get("train/skipped_nonfinite", 0.0)
+            if skipped and dist.main:
+                print(f"warning: step {step}: {int(skipped)} of {int(m['train/optimizer_steps'])} optimizer steps "
+                      "skipped (non-finite gradient norm; lower --lr?)", flush=True)
+            reason = stopper.after_step(fres is None or fres.empty, m.get("filter/reward_std_mean", 0.0),   # round 0
+                                        all_skipped=bool(skipped) and skipped == m.get("train/optimizer_steps"))
             m["train/empty_streak"] = float(stopper.empty_streak)
             # 7. validation, logging, checkpoint
             if args.eval_every and args.val_envs and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps):
@@ -381,10 +469,7 @@ def main(argv=None) -> Path:
             if dist.main:
                 log.log_samples(step, sample_records(first, args.log_samples))
                 acc.log(m, step=step) if args.trackers else None
-                bar.set_postfix({"s/step": f"{m['time/step']:.0f}", "R": f"{m['rollout/return']:.2f}",
-                                 "succ": f"{m['rollout/success']:.2f}", "kept": f"{m.get('filter/kept_frac', 0):.2f}",
-                                 **({"MI": f"{m['mi_first_turn/mi_estimate']:.3f}"}
-                                    if "mi_first_turn/mi_estimate" in m else {})})
+                show_progress(bar, step, m, args)
             if dist.any(flag.set):
                 flag.set = True
             if reason or flag.set:
@@ -392,20 +477,35 @@ def main(argv=None) -> Path:
                 break
             if args.save_every and (step + 1) % args.save_every == 0:
                 save(run_dir, step + 1, model, critic, opt, copt, emas, stopper, dist)
+                saved = step + 1
         else:
             step = args.steps
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     finally:
         flag.restore()
-    save(run_dir, step, model, critic, opt, copt, emas, stopper, dist)
+    if saved != step:                      # the periodic save may already hold this state
+        save(run_dir, step, model, critic, opt, copt, emas, stopper, dist)
     if dist.main:
-        report.plot_run(run_dir)
+        plots = report.plot_run(run_dir)
+        print(run_summary(run_dir, step, plots), flush=True)
         if not flag.set:            # completed (all steps or an early stop): drivers skip finished runs
             (run_dir / "finished.json").write_text(json.dumps({"step": step, "early_stop": stop_reason}))
         if stop_reason or flag.set:
-            print(f"stopped at step {step} ({'Ctrl-C' if flag.set else stop_reason}); "
-                  f"continue with: python train.py --resume {run_dir}")
+            what = (signal.Signals(flag.signum).name if flag.signum else "signal on another process") if flag.set \
+                else stop_reason
+            off = {"empty_filtered_steps": "--early-stop-empty 0", "reward_variance_collapse": "--no-early-stop-rv",
+                   "low_validation_success": "--no-early-stop-val", "nonfinite_updates": "--stop-nonfinite 0"}
+            print(f"stopped at step {step} ({what}); continue with: python train.py --resume {run_dir}"
+                  + ("" if flag.set else f" {off[stop_reason]} (the stop would fire again otherwise)"))
     log.close()
+    if lock is not None:
+        lock.release()
     acc.end_training()
+    if flag.set:                          # interrupted: a checkpoint is saved, the exit status says it is unfinished
+        raise SystemExit(128 + (flag.signum or signal.SIGINT))
     return run_dir
 
 
@@ -423,7 +523,8 @@ def traj_statistic(local, R, owner, model, args, dist: Dist) -> torch.Tensor:
             continue
         with policy.autocast(dev, enabled=None if args.bf16 else False):
             _, ent = policy.token_logprobs(model, b["input_ids"].to(dev), b["attention_mask"].to(dev),
-                                           b["loss_mask"].to(dev), with_entropy=True)
+                                           b["loss_mask"].to(dev), with_entropy=True,
+                                           temperature=config.score_temperature(args))
         m = b["loss_mask"].to(dev).float()
         vals += ((ent * m).sum(1) / m.sum(1).clamp(min=1)).cpu().tolist()
     per_rank = dist.gather([vals])                                       # one list per process
@@ -435,4 +536,8 @@ def traj_statistic(local, R, owner, model, args, dist: Dist) -> torch.Tensor:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except config.UsageError as err:           # a refused command line: one line, nothing written
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

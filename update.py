@@ -1,5 +1,5 @@
 """One update from a kept batch: training tensors, old/reference log-probs and values, advantages, and the
-mini-batch PPO-style optimizer steps (paper §2.1, §4.1; design.md "One training step", items 5-6).
+mini-batch PPO-style optimizer steps (paper §2.1, §4.1).
 
 train.py calls `prepare_batch` then `update` once per step, after the filter. The formulas are in algos.py
 (advantages, clipped surrogate, aggregation, KL, entropy, value loss); this file is the machinery around them:
@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 import algos
+import config
 import policy
 import rollout
 
@@ -76,11 +77,11 @@ def loss_terms(logp, ent, old_logp, batch, r, mask, args) -> dict[str, torch.Ten
     pg (clipped surrogate), entropy (the bonus H), kl (only when --kl-coef > 0). Also snr.py's components."""
     dev, agg = logp.device, args.loss_agg
     out = {"pg": algos.policy_loss(logp, old_logp, batch["adv"][r].to(dev), mask, args.clip_low, args.clip_high,
-                                   agg, args.clip_c, norm_len=args.max_new_tokens),
-           "entropy": algos.entropy_bonus(ent, mask, agg, norm_len=args.max_new_tokens)}
+                                   agg, args.clip_c, norm_len=config.loss_norm_len(args)),
+           "entropy": algos.entropy_bonus(ent, mask, agg, norm_len=config.loss_norm_len(args))}
     if args.kl_coef > 0:
         out["kl"] = algos.agg_loss(algos.kl_term(logp, batch["ref_logp"][r].to(dev), args.kl_kind), mask, agg,
-                                   norm_len=args.max_new_tokens)
+                                   norm_len=config.loss_norm_len(args))
     return out
 
 
@@ -91,7 +92,7 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
     dev = next(model.parameters()).device
     agg = args.loss_agg
     stats = torch.zeros(8, dtype=torch.float64)  # pg, entropy, kl, value_loss, clipfrac, ppo_kl, grad_norm, skipped
-    n_updates = 0
+    n_updates, critic_skipped = 0, 0
     for _ in range(args.ppo_epochs):
         for denom, micros in batch["plan"]:
             for r in micros:
@@ -121,7 +122,7 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
                     with policy.autocast(dev, enabled=None if args.bf16 else False):
                         v = critic.values(ids, attn)
                     vl = algos.value_loss(v, batch["values"][r].to(dev), batch["returns_tok"][r].to(dev), mask,
-                                          args.value_clip, agg, norm_len=args.max_new_tokens)
+                                          args.value_clip, agg, norm_len=config.loss_norm_len(args))
                     (vl * share).backward()
                     stats[3] += float(vl.detach()) * share
             for module, optim in ((model, opt), (critic, copt)):
@@ -131,8 +132,10 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
                 norm = torch.nn.utils.clip_grad_norm_(module.parameters(), args.grad_clip)
                 if torch.isfinite(norm):
                     optim.step()
-                else:                                                  # same norm on every process: same skip
+                elif module is model:                                  # same norm on every process: same skip
                     stats[7] += 1
+                else:
+                    critic_skipped += 1
                 optim.zero_grad(set_to_none=True)
                 if module is model:
                     stats[6] += float(norm)
@@ -145,6 +148,8 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
                 "train/optimizer_steps": float(n_updates)})
     if critic is None:
         out.pop("train/value_loss")
+    else:
+        out["train/critic_skipped_nonfinite"] = float(critic_skipped)
     if args.kl_coef == 0:
         out.pop("train/kl")
     return out

@@ -6,7 +6,7 @@ reasonings against its KV cache.  This script times both on synthetic token ids 
 (prompts ~250-400 tokens, reasonings ~30-100 tokens: a rendered Sokoban turn and its <think> span) and prints a
 markdown table.
 
-Workload (paper defaults, reference-code.md 2.1-2.4): first-turn family = P = 8 prompt columns x 64 reasonings
+Workload (paper defaults, the official code): first-turn family = P = 8 prompt columns x 64 reasonings
 (512 pairs, every MI step); trajectory family = 64 x 64 (4096 pairs, `--families first_turn,trajectory`).
 Naive scoring of all pairs takes many minutes on a CPU, so by default it runs on `--naive-pairs` pairs and the
 full cost is extrapolated linearly (marked "extrapolated"); the same subset checks that both paths agree.

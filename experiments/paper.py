@@ -108,7 +108,7 @@ SCALES = {
                   "--micro-batch", "8", "--filter-eps", "0", "--early-stop-empty", "0", "--eval-every", "2",
                   "--val-envs", "16", "--mi-every", "2", "--mi-samples", "32", "--mi-families", "first_turn",
                   "--mi-scorer", "both", "--mi-null", "50", "--save-every", "2", "--log-samples", "4",
-                  "--no-progress"],
+                  "--score-temperature", "1", "--no-progress"],   # the committed runs scored MI at T = 1
     # Any experiment on the tiny random model in seconds (tests; it checks the plumbing, not the claims).
     "smoke": ["--model", "tiny", "--env", "bandit", "--env-options", '{"payout": "deterministic"}', "--algo", "grpo",
               "--groups", "2", "--group-size", "4", "--steps", "2", "--max-new-tokens", "8", "--mini-batch", "8",
@@ -129,7 +129,11 @@ PAGES = {
                 "mi_first_turn/retrieval_accuracy", "train/entropy", "filter/zero_rv_count", "filter/kept_frac",
                 "rollout/response_tokens", "time/step"]),
 }
-PAGES["dilution_control"] = PAGES["classroom"]
+PAGES["dilution_control"] = dict(          # the cpu / paper scales log neither the null nor the frozen scorer
+    columns=[MI, "mi_first_turn/retrieval_accuracy", "train/entropy@first", "train/entropy", "rollout/format_ok_rate",
+             "filter/kept_frac@mean", "filter/zero_rv_count@mean", "time/step@mean"],
+    pairs=PAGES["classroom"]["pairs"],
+    figure=["val/success", "rollout/success", MI, "train/entropy", "filter/kept_frac", "filter/zero_rv_count"])
 
 
 def diluted_entropy(out_dir: str, name: str, seed: int, base: float) -> str:
@@ -227,14 +231,16 @@ def main(argv=None) -> None:
         if not args.dry_run and not done:
             subprocess.run(cmd, cwd=ROOT, check=True)
     report_cmd = [sys.executable, "report.py", *[str(Path(args.out_dir) / r) for r, _ in todo],
-                  *report_flags(args.experiment, page), *(["--missing-ok"] if args.scale == "smoke" else [])]
+                  *report_flags(args.experiment, page, intro=home),
+                  *(["--missing-ok"] if args.scale == "smoke" else [])]
     print(" ".join(shlex.quote(c) for c in report_cmd), flush=True)
     if not args.dry_run:
         subprocess.run(report_cmd, cwd=ROOT, check=True)
 
 
-def report_flags(experiment: str, page: str) -> list[str]:
-    """report.py flags of one experiment's page (arms, diagnostics, paired differences, figure, intro)."""
+def report_flags(experiment: str, page: str, intro: bool = True) -> list[str]:
+    """report.py flags of one experiment's page (arms, diagnostics, paired differences, figure, and the
+    hand-written experiments/<experiment>.md on top when `intro`)."""
     flags = ["--arm-by", EXPERIMENTS[experiment][2], "--page", page]
     spec = PAGES.get(experiment)
     if spec:
@@ -242,9 +248,9 @@ def report_flags(experiment: str, page: str) -> list[str]:
                   "--pairs", ",".join(f"{experiment}-{a}:{experiment}-{b}" for a, b in spec["pairs"])]
     else:
         flags += ["--spearman", "mi_first_turn/mi_zscore_ema"]
-    intro = Path(__file__).parent / f"{experiment}.md"
-    if intro.exists():
-        flags += ["--intro", str(intro.relative_to(ROOT))]
+    path = Path(__file__).parent / f"{experiment}.md"
+    if intro and path.exists():
+        flags += ["--intro", str(path.relative_to(ROOT))]
     return flags
 
 

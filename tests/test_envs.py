@@ -1,4 +1,4 @@
-"""Tests for envs.py and sokoban_gen.py: the environment rules of issue 2 (reference-code.md section 5).
+"""Tests for envs.py and sokoban_gen.py: the environment rules (as the official code plays them).
 
 Each test checks a rule that training relies on: determinism per seed, push/wall mechanics on hand-built rooms,
 reward values of scripted sequences, holes, slip frequencies, safe Countdown grading, solvability of generated
@@ -408,9 +408,25 @@ def test_metamathqa_matching_and_halving_rewards():
     env.reset(0)
     steps = [env.step("-1") for _ in range(3)]
     assert [s[2] for s in steps] == [False, False, True] and not steps[2][3]["success"]
+    assert [s[0] for s in steps] == ["Incorrect. Please think again."] * 2 + ["Incorrect."]   # no retry offered at the end
     env = make_env("metamathqa")
     env.reset(1)
     assert env.step(env.label)[1:3] == (1.0, True)
+    env.reset(1)
+    assert env.step("-1")[0] == "Incorrect."                        # single turn: the episode is over
+
+
+def test_metamathqa_hostile_numbers_are_bounded():
+    """Numbers a policy can sample in a few tokens must not stall training (Fraction('1e999999999') would build a
+    billion-digit integer): out-of-range exponents and overlong numbers never match, in microseconds."""
+    import time
+    t0 = time.perf_counter()
+    for hostile in ("1e999999999", "1e20000000", "-1E+99999999", "9" * 5000, "1e999999999/3"):
+        assert not tasks.answers_match(hostile, "12") and not tasks.answers_match("12", hostile)
+        assert not tasks.answers_match(hostile, hostile + "0")
+    assert time.perf_counter() - t0 < 1.0                            # was 33 s for one 1e20000000
+    assert tasks.answers_match("1e3", "1000") and tasks.answers_match("2.5E-1", "1/4")
+    assert tasks.answers_match("1e100", "1" + "0" * 100) is False    # 101 characters: beyond the length bound
 
 
 def test_metamathqa_data_file(tmp_path):
@@ -535,6 +551,24 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path):
     path.write_bytes(b"PAR1")
     with pytest.raises(ValueError, match="pyarrow"):
         make_env("countdown", data_path=str(path))
+
+
+@pytest.mark.parametrize("row", [{"nums": [], "target": 3}, {"nums": ["a", 2], "target": 3},
+                                 {"nums": [1, 2], "target": "x"}, {"nums": 5, "target": 3},
+                                 {"nums": [1.5, 2], "target": 3}, {"nums": [1, True], "target": 3}])
+def test_countdown_data_rows_with_wrong_types_name_file_and_row(tmp_path, row):
+    path = tmp_path / "cd.jsonl"
+    path.write_text(json.dumps({"nums": [1, 2], "target": 3}) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=r"cd.jsonl', row 1: need nums"):
+        make_env("countdown", data_path=str(path))
+
+
+def test_filter_cli_refuses_malformed_rewards(capsys):
+    import filter as rvfilter
+    for bad in ("1,0;1", "a,b", "1;0", "1,nan;0,1"):
+        with pytest.raises(SystemExit) as exc:
+            rvfilter.main(["--rewards", bad])
+        assert exc.value.code == 2 and "--rewards" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

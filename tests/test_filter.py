@@ -1,4 +1,4 @@
-"""Tests for filter.py: worked examples A-E of spec/reference-code.md §1.11, the reference's own test cases
+"""Tests for filter.py: worked examples A-E of the official filter rules, the reference's own test cases
 (§8), independent re-computations of the linear and softmax rules, the paper's variants (trajectory-level,
 quartile, soft reweighting, loss scaling), metrics, the CLI, and bad input. Pure tensors, runs in seconds.
 """

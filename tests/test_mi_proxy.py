@@ -12,7 +12,7 @@ import rollout
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Independent reference: plain Python loops over rows, straight from the definitions (reference-code.md 2.5-2.6)
+# Independent reference: plain Python loops over rows, straight from the definitions and the official code
 # ------------------------------------------------------------------------------------------------------------
 def loop_metrics(L_tok, L_seq, true_col, signatures, lengths, token_marginal, eps=1e-3):
     M, N = len(L_seq), len(L_seq[0])
@@ -78,7 +78,7 @@ def test_metrics_match_independent_loops(M, N, n_sig, token_marginal):
 
 
 def test_reference_tiny_numeric_check():
-    """reference-code.md 2.7 (official per-token marginal; with |z| = 1 the paper's is the same number)."""
+    """The official code's per-token marginal ( with |z| = 1 the paper's is the same number)."""
     L = np.array([[-1.0, -3.0], [-2.5, -2.0], [-1.2, -1.1], [-4.0, -1.0]])
     for mode in ("code", "paper"):
         m = mm.collapse_metrics(L, L, [0, 0, 1, 1], token_marginal=mode)
@@ -97,7 +97,7 @@ def test_reference_tiny_numeric_check():
 
 
 def test_reference_signature_chance_example():
-    """reference-code.md 2.6: signatures [A, A, B, C], true columns 0..3 -> chance .375, @2 .75, @4 = @8 = 1."""
+    """Signature-aware chance levels (official code): signatures [A, A, B, C], true columns 0..3 -> chance .375, @2 .75, @4 = @8 = 1."""
     L = -np.arange(16, dtype=float).reshape(4, 4) % 5 - 1
     m = mm.collapse_metrics(L, L, [0, 1, 2, 3], ["A", "A", "B", "C"])
     assert m["retrieval_chance_level"] == 0.375
@@ -448,3 +448,23 @@ def test_smollm2_proxy_sees_input_dependence_and_template_collapse():
     flat = mm.collapse_metrics(T_tok, T_seq, col)
     assert flat["mi_seq_estimate"] <= 1e-9                                   # balanced columns: Jensen => <= 0
     assert flat["retrieval_accuracy"] == 0.25                                # every row picks the same column
+
+
+def test_scores_use_the_rollout_temperature_by_default():
+    """MI cross-scores (and the entropy filter statistic) use the sampling temperature unless
+    --score-temperature 1; mi_report passes it to the scorer."""
+    import config
+    assert config.score_temperature(config.resolve(["--temperature", "0.7"])[0]) == 0.7
+    assert config.score_temperature(config.resolve(["--temperature", "0.7", "--score-temperature", "1"])[0]) == 1.0
+    import policy
+    model, _ = policy.load("tiny", seed=0)
+    pairs = mp.Pairs(prompts=[[5, 6, 7], [8, 9]], reasonings=[[10, 11], [12]], true_col=[0, 1],
+                           signatures=[(5, 6, 7), (8, 9)], group_of_row=[0, 1], num_total=2, num_valid=2,
+                           valid_thinking_rate=1.0)
+    rng = np.random.default_rng(0)
+    got = {T: mp.mi_report(model, [], family="first_turn", num_samples=None, rng=rng, ema=None, pairs=pairs,
+                                 temperature=T, bf16=False) for T in (1.0, 0.5)}
+    for T in (1.0, 0.5):
+        L_tok, _ = mp.cross_log_probs(model, pairs.prompts, pairs.reasonings, temperature=T)
+        assert got[T]["matched_log_prob_mean"] == pytest.approx(float(np.mean([L_tok[0, 0], L_tok[1, 1]])), abs=1e-5)
+    assert got[1.0]["matched_log_prob_mean"] != pytest.approx(got[0.5]["matched_log_prob_mean"], abs=1e-3)

@@ -116,7 +116,8 @@ def test_page_has_tables_pairs_verdicts_and_figure(tmp_path):
     text = page.read_text()
     assert "**collapsing**: template collapse (rule above) in 2 of 2 seeds" in text
     assert "**healthy**: template collapse (rule above) in 0 of 2 seeds" in text
-    assert "**entropy-gone**: template collapse (rule above) in 0 of 2 seeds" in text
+    assert ("**entropy-gone**: template collapse (rule above) in 0 of 2 seeds. Its parts: MI-Est fell toward its "
+            "null in 2/2, token entropy stayed at least half of its first value in 0/2") in text
     assert "| healthy − collapsing | 2 |" in text and (page.parent / "RESULTS.png").stat().st_size > 1000
     assert f"python report.py {tmp_path}/* --arm-by name" in text
 

@@ -321,3 +321,18 @@ def test_smollm2_rollout_two_envs_two_turns():
     assert_logp_matches_sampling(model, tok, trajs, atol=1e-3)
     m = rollout.rollout_metrics(trajs)
     assert 0 <= m["format_ok_rate"] <= 1 and m["num_trajectories"] == 2
+
+
+def test_template_turn_terminator_is_a_stop_token_when_eos_differs():
+    """A base checkpoint whose eos (<|endoftext|>) is not the chat template's turn terminator (<|im_end|>): the
+    terminator still stops a turn, so no invented next user turn enters the loss or the answer parser."""
+    import copy
+    import sampling
+    model, tok = policy.load("tiny", seed=0)
+    base_tok = copy.deepcopy(tok)
+    base_tok.eos_token = "<|endoftext|>"
+    model.generation_config.eos_token_id = base_tok.eos_token_id
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert base_tok.eos_token_id != im_end
+    assert sampling.turn_end_id(base_tok) == im_end
+    assert sampling.eos_ids(model, base_tok) == {base_tok.eos_token_id, im_end}

@@ -1,6 +1,9 @@
-"""snr.py: RV buckets (reference-code §1.10 worked example), per-component gradient norms against an independent
+"""snr.py: RV buckets (the official code's bucket rule on a worked example), per-component gradient norms against an independent
 full-logits computation, zero task gradient on zero-RV groups, the train.py hook and the probe CLI."""
 import math
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -111,7 +114,8 @@ def test_component_norms_match_an_independent_full_softmax_computation(mode):
                                                      batch["loss_mask"])
     rows = [0, 2, 3, 4]                                              # 4 rows in micro-batches of 2, ragged
     got = snr.component_grad_norms(model, batch, rows, args, train.Dist(OneProcess()))
-    want = full_logits_norms(model, ref, batch, rows, 1.0, 0.007, mode, 16)
+    assert config.loss_norm_len(args) == 16 * 5                    # FrozenLake's 5 turns x 16 tokens
+    want = full_logits_norms(model, ref, batch, rows, 1.0, 0.007, mode, config.loss_norm_len(args))
     assert set(got) == {"task", "entropy", "kl", "reg"}
     for k in want:
         assert got[k] == pytest.approx(want[k], rel=1e-4), k
@@ -171,7 +175,9 @@ def test_train_logs_bucket_norms_and_the_probe_reads_a_run(tmp_path, capsys):
     assert "grad/all/task" in rows[0] and "grad/bucket_2/entropy" in rows[0] and "time/grad_analysis" in rows[0]
     assert not any(k.startswith("grad/") for k in rows[1])         # every 2nd step only
     assert (d / "plots" / "grad_buckets.png").exists()
-    m = snr.main(["--from-run", str(d), "--step", "1", "--kl-coef", "0.01", "--plot", str(tmp_path / "fig3.png")])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import snr_probe
+    m = snr_probe.main(["--from-run", str(d), "--step", "1", "--kl-coef", "0.01", "--plot", str(tmp_path / "fig3.png")])
     assert (tmp_path / "fig3.png").exists() and "grad/bucket_1/task" in m
     assert m["grad/all/kl"] > 0     # KL to the initial model (exactly 0 if the reference were the loaded policy)
     assert "| bucket |" in capsys.readouterr().out

@@ -150,7 +150,7 @@ def test_top_p_mass_rule_used_by_the_toys_is_the_papers():
     for s in cases:
         kept = rv_filter.select_groups(torch.as_tensor(s), "top_p", 0.9, mode="linear", include_zero=False, eps=0.01)
         assert kept.tolist() == walk(s)
-    assert walk(cases[0]) == [0, 1, 2]                                       # reference-code.md 1.11 example A
+    assert walk(cases[0]) == [0, 1, 2]                                       # worked example A (official rules)
 
 
 # --------------------------------------------------------------------------------------------- checks E1-E8

@@ -269,10 +269,37 @@ def test_resume_edge_cases(tmp_path):
     d = run(tmp_path, "r", *common, "--steps", "2")
     with pytest.raises(ValueError, match="--steps 1"):
         train.main(["--resume", str(d), "--steps", "1", "--no-progress"])
-    # a run killed before its first checkpoint: resuming starts over instead of appending to its old log
+    # a finished run whose checkpoint was deleted: refused (it would restart from 0 over the logged steps), and
+    # nothing is changed
     import shutil
     shutil.rmtree(d / "checkpoints")
+    before = {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()}
+    with pytest.raises(ValueError, match="refusing to restart"):
+        train.main(["--resume", str(d), "--no-progress"])
+    assert {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()} == before
+    # a run killed before its first checkpoint (no finished.json, --save-every 0): resuming starts over instead
+    # of appending to its old log
+    (d / "finished.json").unlink()
     train.main(["--resume", str(d), "--no-progress"])
     assert [r["step"] for r in runlog.read_metrics(d)] == [0, 1]
     cfg = json.loads((d / "config.json").read_text())
     assert len(cfg["earlier_invocations"]) == 1 and (d / "finished.json").exists()
+
+
+def test_dapo_rv_statistics_and_early_stop_read_round_zero(tmp_path):
+    """Under DAPO, filter/* RV statistics describe the first rollout round (the tiny model's answers are all
+    invalid: every group has RV 0), not the resampled batch, which by construction has no zero-RV group."""
+    d = run(tmp_path, "dapo", "--env", "bandit", "--algo", "dapo", "--ds-max-rounds", "1", "--mi-every", "0",
+            "--eval-every", "0", "--steps", "1", "--early-stop-empty", "0")
+    row = runlog.read_metrics(d)[0]
+    assert row["rollout/rounds"] == 2.0 and row["rollout/groups_in_batch"] == 0.0
+    assert row["filter/zero_rv_count"] == 2.0 and row["filter/reward_std_mean"] == 0.0
+    assert row["filter/reward_mean"] == pytest.approx(-0.1)
+
+
+def test_sum_norm_constant_is_the_whole_trajectory_budget():
+    """seq-mean-token-sum-norm divides by a trajectory's generation budget: max_new_tokens x turns."""
+    a = config.resolve(["--env", "frozenlake", "--max-new-tokens", "120"])[0]
+    assert config.loss_norm_len(a) == 120 * 5                        # FrozenLake: 5 turns by default
+    assert config.loss_norm_len(config.resolve(["--env", "frozenlake", "--max-turns", "2"])[0]) == 2 * 120
+    assert config.loss_norm_len(config.resolve(["--env", "countdown", "--max-new-tokens", "64"])[0]) == 64

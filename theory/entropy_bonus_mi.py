@@ -1,6 +1,6 @@
 """E6. The entropy bonus and I(X;Z): the exact identity, and entropy-ascent steps that *raise* MI.
 
-Claims checked (spec/paper.md sections 2.10 and 5 E6):
+Claims checked (RAGEN-2, arXiv 2604.06268; the labels in the result name the theorems):
 * Thm M.2 (review: App. N): with Delta_in = H_theta(Z|X) - H_0(Z|X) and Delta_marg = H_theta(Z) - H_0(Z),
       I_theta - I_0 = Delta_marg - Delta_in      (an identity),
   so I strictly drops whenever Delta_in > Delta_marg.

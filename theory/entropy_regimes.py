@@ -1,6 +1,6 @@
 """E1. Entropy identity, the four regimes, template mixing, and the in-batch MI estimators on exact log-probs.
 
-Claims checked (spec/paper.md sections 1, 2.6 and 5 E1):
+Claims checked (RAGEN-2, arXiv 2604.06268; the labels in the result name the theorems):
 * Shannon identity H(Z) = H(Z|X) + I(X;Z) (eq. 2, v1 App. E);
 * template mixing contracts MI: p_a = (1-a) pi + a q  =>  I_a <= (1-a) I (Lemma I.1; review: Lemma J.1);
 * four regimes (Fig. 1): entropy H(Z|X) cannot tell "diverse" from "template collapse" apart, I(X;Z) can;

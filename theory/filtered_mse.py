@@ -1,6 +1,6 @@
 """E7. Filtering as noise control: the MSE of the filtered estimator and the GRPO variance floor.
 
-Claims checked (spec/paper.md sections 2.7, 2.11, 6 and 5 E7):
+Claims checked (RAGEN-2, arXiv 2604.06268; the labels in the result name the theorems):
 * Thm J.1 (review: Thm K.1): independent group estimators g_hat_i = g_i + e_i with E||e_i||^2 = sigma_i^2 and a
   kept set S of n groups give E||g_hat_S - g_bar_S||^2 = (1/n^2) sum_{i in S} sigma_i^2. Removing group j lowers
   it iff sigma_j^2 > (2n - 1)/n^2 sum_{i in S} sigma_i^2 (about twice the mean noise).
@@ -121,10 +121,11 @@ def main(size: str = "full", seed: int = 0, fig_dir=toy.FIG_DIR) -> dict:
     snr_i = {adv: sig_norm2[adv][learn] / sig2[adv][learn] for adv in sig2}  # per-group SNR^2, learnable
     # control: the top-p set keeps n_top_p learnable groups; keep n_top_p random learnable groups instead
     learn_idx = np.flatnonzero(learn)
-    rand_sets = [rng.choice(learn_idx, size=n_top_p, replace=False) for _ in range(n_rand)]
+    n_keep = min(n_top_p, learn_idx.size)                                   # top-p never keeps an RV-0 group
+    rand_sets = [rng.choice(learn_idx, size=n_keep, replace=False) for _ in range(n_rand)]
 
     def rand_stats(adv):                                                     # (MSE, SNR) per random set
-        return np.array([(sig2[adv][S].sum() / n_top_p ** 2, np.sqrt(sig_norm2[adv][S].sum() / sig2[adv][S].sum()))
+        return np.array([(sig2[adv][S].sum() / n_keep ** 2, np.sqrt(sig_norm2[adv][S].sum() / sig2[adv][S].sum()))
                          for S in rand_sets])
     rand = {adv: rand_stats(adv) for adv in sig2}
     rho = {adv: toy.spearman_test(rv[learn], sig2[adv][learn], rng) for adv in sig2}

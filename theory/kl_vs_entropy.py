@@ -1,6 +1,6 @@
 """E5. KL-to-reference vs entropy bonus at RV = 0: which regulariser erodes I(X;Z)?
 
-Claims checked (spec/paper.md sections 2.1, 2.9, 6 and 5 E5):
+Claims checked (RAGEN-2, arXiv 2604.06268; the labels in the result name the theorems):
 * The paper's Table 2 (brief "Table 1") lists g_reg = lambda_KL g_KL + lambda_ent g_ent as input-agnostic and the
   §3.2 narrative says prompts with RV ~ 0 get pure-regulariser updates that lower I(X;Z). With no task gradient
   (RV = 0 everywhere) the dynamics are exact gradient ascent on  -lambda_KL KL(pi || pi_ref) + lambda_H H(pi)

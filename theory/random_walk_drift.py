@@ -1,6 +1,6 @@
 """E4. Drift without signal: zero-mean updates move the parameters ~ sqrt(T), and what that does to I(X;Z).
 
-Claims checked (spec/paper.md sections 2.5 and 5 E4):
+Claims checked (RAGEN-2, arXiv 2604.06268; the labels in the result name the theorems):
 * Thm H.4 (review: Thm I.4): theta_{t+1} = theta_t + eta xi_t with independent xi_t, E xi_t = 0, E||xi_t||^2 = v
   gives E||theta_T - theta_0||^2 = eta^2 T v (cross terms vanish), i.e. RMS drift ~ sqrt(T).
   The same argument only needs E[xi_t | past] = 0 (a martingale), so it also covers the realistic signal-free

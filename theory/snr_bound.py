@@ -1,6 +1,6 @@
 """E3. The SNR upper bound sqrt(G) sqrt(RV)/sigma, a sharper version, and RV as an SNR proxy.
 
-Claims checked (spec/paper.md sections 2.4, 6 and 5 E3):
+Claims checked (RAGEN-2, arXiv 2604.06268; the labels in the result name the theorems):
 * Thm H.3 (review: Thm I.3): reward R = mu(x, z) + eps, E[eps | x, z] = 0, Var(eps | x, z) = sigma^2(x)
   (Assumption H.1); g_hat = (1/G) sum_k A_k s_k with b = E[R|x] and i.i.d. z_k. Then
       SNR(x) = ||g|| / sqrt(E||g_hat - g||^2) <= sqrt(G) sqrt(RV(x)) / sigma(x).

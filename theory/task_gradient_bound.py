@@ -1,6 +1,6 @@
 """E2. The Cauchy-Schwarz task-gradient bound, and the RV-bucket gradient-norm figure in miniature.
 
-Claims checked (spec/paper.md sections 2.3, 3.8 and 5 E2):
+Claims checked (RAGEN-2, arXiv 2604.06268; the labels in the result name the theorems):
 * Thm H.2 (review: Thm I.2; the main text cites it as "Theorem G.1"): with b(x) = E[R|x],
       ||g_task(x)|| <= sqrt(RV(x)) sqrt(E||s(z;x)||^2),   g_task(x) = E[(R - b) grad log pi(z|x)].
   For a tabular softmax g_task = pi * A and E||s||^2 = 1 - ||pi||^2; equality holds for every K = 2 policy.

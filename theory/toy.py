@@ -2,7 +2,7 @@
 
 A toy policy is a matrix `pi` of shape (P, K): row x is pi(.|x) over K outcomes ("reasonings") for prompt x, and
 the prompt distribution is uniform over the P rows (the paper's in-batch estimators use the same uniform-over-batch
-distribution, spec/paper.md section 1). Two parametrisations are used:
+distribution, the RAGEN-2 paper). Two parametrisations are used:
 
 * tabular softmax: pi(.|x) = softmax(theta_x), theta (P, K); the score is s(z;x) = e_z - pi(.|x) (wrt theta_x);
 * linear softmax:  pi(.|x) = softmax(W phi(x)), W (K, D), phi (P, D); the score is (e_z - pi(.|x)) phi(x)^T (wrt W).
@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 SIZES = ("full", "small")
-FIG_DIR = Path(__file__).resolve().parent / "figures"
+FIG_DIR = Path(__file__).resolve().parent / "figures"                # the committed figures (full size)
+SCRATCH = Path(__file__).resolve().parents[1] / "runs" / "theory-small"   # gitignored: small-size outputs
 VERDICTS = ("holds", "holds with caveat", "contradicted")
 
 
@@ -288,6 +289,8 @@ def spearman(a, b) -> float:
 def spearman_test(a, b, rng: np.random.Generator, n_perm: int = 2000) -> tuple[float, float]:
     """(rho, two-sided permutation p-value): p = (1 + #{|rho_perm| >= |rho|}) / (n_perm + 1)."""
     rho = spearman(a, b)
+    if math.isnan(rho):                                  # a constant input: no correlation to test
+        return rho, math.nan
     b = np.asarray(b, dtype=np.float64)
     null = np.array([spearman(a, rng.permutation(b)) for _ in range(n_perm)])
     return rho, float((1 + np.sum(np.abs(null) >= abs(rho) - 1e-12)) / (n_perm + 1))
@@ -297,7 +300,7 @@ def correlation_claim(text: str, rho: float, p: float, sign: int, alpha: float =
                       note: str = "") -> dict:
     """A correlation verdict with a test: holds if rho has the claimed sign and p < alpha; contradicted if it has
     the opposite sign and p < alpha; otherwise not resolved (a small rho is not evidence either way)."""
-    significant = p < alpha
+    significant = bool(p < alpha)                        # NaN p: not significant
     return claim(text, significant and np.sign(rho) == sign,
                  f"{what} = {rho:+.2f} (permutation p = {p:.3g})" + (f"; {note}" if note else ""),
                  contradicted=significant and np.sign(rho) == -sign)
@@ -355,9 +358,11 @@ def cli_kwargs(doc: str, argv=None) -> dict:
     ap = argparse.ArgumentParser(description=doc.strip().split("\n")[0])
     ap.add_argument("--size", default="full", choices=SIZES, help="full: the RESULTS.md size; small: the test size")
     ap.add_argument("--seed", type=int, default=0, help="base seed (every check is deterministic given it)")
-    ap.add_argument("--fig-dir", default=str(FIG_DIR), help="folder for the check's figure")
+    ap.add_argument("--fig-dir", default=None, help="folder for the check's figure (default: theory/figures at full "
+                    "size, the committed ones; runs/theory-small at small size, so a quick look overwrites nothing)")
     args = ap.parse_args(argv)
-    return {"size": args.size, "seed": args.seed, "fig_dir": args.fig_dir}
+    fig_dir = args.fig_dir or str(FIG_DIR if args.size == "full" else SCRATCH)
+    return {"size": args.size, "seed": args.seed, "fig_dir": fig_dir}
 
 
 def save_figure(fig, fig_dir, name: str) -> str:
