@@ -220,11 +220,11 @@ def paired_differences(runs: list[dict], arm_by: list[str] | None, pairs: list[t
         by_seed = [{r["flags"].get("seed"): r for r in arms[x]} for x in (a, b)]
         seeds = sorted(set(by_seed[0]) & set(by_seed[1]))
         row = {"pair": f"{a} − {b}", "seeds": seeds}
+        task = [{sd: task_metrics(side[sd]["rows"], final_window=final_window) for sd in seeds} for side in by_seed]
         for m in (*TASK, *columns):
-            def value(r):
-                return (task_metrics(r["rows"], final_window=final_window)[m] if m in TASK
-                        else column_value(r["rows"], m, final_window))
-            d = np.array([value(by_seed[0][sd]) - value(by_seed[1][sd]) for sd in seeds], float)
+            va, vb = ([t[sd][m] if m in TASK else column_value(side[sd]["rows"], m, final_window) for sd in seeds]
+                      for t, side in zip(task, by_seed))
+            d = np.array(va, float) - np.array(vb, float)
             row[m] = (*mean_std(d), int((d > 0).sum()), int((~np.isnan(d)).sum()))
             row[m + "_diffs"] = d[~np.isnan(d)]
         out.append(row)
@@ -417,12 +417,6 @@ def collapse_parts(rows: list[dict], final_window: int = 1) -> dict | None:
         return None
     parts = {"mi_fell": gap1 < 0.5 * gap0, "entropy_kept": v[ENT][1] >= 0.5 * v[ENT][0], "format_ok": v[FMT][1] >= 0.8}
     return {**parts, "collapsed": all(parts.values())}
-
-
-def collapsed(rows: list[dict], final_window: int = 1) -> bool | None:
-    """COLLAPSE_RULE on one run; None when it cannot be judged (see collapse_parts)."""
-    parts = collapse_parts(rows, final_window)
-    return None if parts is None else parts["collapsed"]
 
 
 def verdict_lines(runs: list[dict], arm_by: list[str] | None, pairs: list[dict], final_window: int = 3) -> list[str]:

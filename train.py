@@ -319,15 +319,18 @@ def rollout_config(args) -> rollout.RolloutConfig:
                                  bf16=None if args.bf16 else False, val_temperature=args.val_temperature)
 
 
+def refuse_existing(run_dir: Path, args) -> None:
+    """A new run (no --resume) must not write into a directory that already holds one."""
+    if not args.resume and runlog.read_metrics(run_dir):
+        raise config.UsageError(f"{run_dir} already holds a run: continue it with --resume {run_dir} or choose --name")
+
+
 def open_run(run_dir: Path, args, dist: Dist):
-    """Checks, then the lock (main process), then the checkpoint to resume from; every process raises together
+    """The checkpoint to resume from and its checks, then the lock (main process); every process raises together
     (a refusal on one rank alone would leave the others waiting in a collective). Nothing is written before every
     check has passed. Returns (lock or None, checkpoint or None)."""
-    held = "already holds a run: continue it with --resume {d} or choose --name"
     err, lock, ckpt = None, None, None
     try:
-        if not args.resume and runlog.read_metrics(run_dir):
-            raise config.UsageError(f"{run_dir} " + held.format(d=run_dir))
         if args.resume:
             ckpt = runlog.load_checkpoint(run_dir, rank=dist.rank)
             if ckpt is None and runlog.checkpoint_expected(run_dir, args.save_every):
@@ -340,8 +343,7 @@ def open_run(run_dir: Path, args, dist: Dist):
                                         "nothing to do")
         if dist.main:
             lock = runlog.RunLock(run_dir)
-            if not args.resume and runlog.read_metrics(run_dir):   # again under the lock: a run started meanwhile
-                raise config.UsageError(f"{run_dir} " + held.format(d=run_dir))
+            refuse_existing(run_dir, args)           # again under the lock: a run that started meanwhile
     except ValueError as e:                          # UsageError, RunLock's refusal, unreadable checkpoints
         err = e
     steps = dist.gather([-1 if ckpt is None else int(ckpt["step"])])
@@ -361,8 +363,7 @@ def main(argv=None) -> Path:
     dist = Dist(acc)
     check_world(args, dist)
     run_dir = Path(args.resume) if args.resume else Path(args.out_dir) / args.name
-    if not args.resume and runlog.read_metrics(run_dir):     # cheap check first: before the model loads
-        raise config.UsageError(f"{run_dir} already holds a run: continue it with --resume {run_dir} or choose --name")
+    refuse_existing(run_dir, args)                           # cheap check first: before the model loads
 
     # ---- models: policy (+ critic for GAE) (+ frozen copy of the initial policy for KL / frozen MI scorer),
     # loaded before the run directory is touched, so a model that cannot be loaded leaves nothing behind
