@@ -299,6 +299,25 @@ def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, agg: str, *,
     return agg_loss(entropy, _mask_like(mask, entropy, "entropy"), agg, norm_len=norm_len)
 
 
+def objective(pg: torch.Tensor, entropy: torch.Tensor, kl: torch.Tensor | None, entropy_coef: float,
+              kl_coef: float) -> torch.Tensor:
+    """The loss the policy minimises: the paper's regularised objective (§2.1) with its sign flipped,
+
+        loss = L_pg − λ_H·H + λ_KL·KL,
+
+    pg = the aggregated clipped surrogate (`policy_loss`, i.e. −A·ratio), entropy = `entropy_bonus`, kl = the
+    aggregated `kl_term` (None when λ_KL = 0). update.py takes its loss from here (snr.py measures the gradient of
+    each of the three terms apart). A coefficient of 0 removes its term exactly (no 0·NaN)."""
+    loss = pg
+    if entropy_coef > 0:
+        loss = loss - entropy_coef * entropy
+    if kl_coef > 0:
+        if kl is None:
+            raise ValueError("objective: kl_coef > 0 needs the kl term")
+        loss = loss + kl_coef * kl
+    return loss
+
+
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
                clip: float | None = 0.5, agg: str = "token-mean", *,
                norm_len: float | None = None) -> torch.Tensor:

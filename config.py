@@ -74,7 +74,7 @@ class Args:
     format_penalty: float = flag(-0.1, "reward added once per turn without a valid action", "rollout")
     train_seed: int = flag(10000, "first env seed of training groups (group i of step s uses train_seed + s*P + i)", "rollout")
     # --- algorithm --------------------------------------------------------------------------------------------
-    algo: str = flag("ppo", "bundle of defaults, see algos.ALGOS and the README table", "algo", list(algos.ALGOS))
+    algo: str = flag("ppo", "bundle of defaults, see algos.ALGOS and docs/guide.md", "algo", list(algos.ALGOS))
     adv: str = flag("", "advantage estimator gae | grpo | drgrpo (default: from --algo)", "algo")
     gamma: float = flag(1.0, "GAE discount", "algo")
     lam: float = flag(1.0, "GAE lambda", "algo")
@@ -152,7 +152,7 @@ PRESETS = {
     # minutes per step here. Temperature 0.7 because at 1.0 SmolLM2-135M almost never closes its <think> tag
     # (measured: 0/16 vs 2/16 well-formed answers). filter_eps 0 because the paper's eps = 0.01 is on the scale of
     # Sokoban's reward *stds*; on bandit's 0.1-scale rewards a group with one valid low-arm answer has RV = 0.01,
-    # and tau = 0.9 * sum(RV) - 0.01 < 0 would skip almost every step (README, "paper vs official code").
+    # and tau = 0.9 * sum(RV) - 0.01 < 0 would skip almost every step (docs/paper-vs-code.md).
     "demo": dict(model="smollm2-135m", env="bandit", algo="grpo", groups=4, group_size=8, steps=8,
                  max_new_tokens=64, temperature=0.7, lr=2e-5, mini_batch=32, micro_batch=8, filter_eps=0.0,
                  eval_every=4, val_envs=16, mi_every=2, mi_samples=32, save_every=4, early_stop_empty=0, name="demo"),
@@ -170,15 +170,33 @@ PRESETS = {
 }
 
 
+# `--help` shows these first, in this order: what a student's first runs change.
+FIRST = ("preset", "name", "resume", "seed", "steps", "model", "env", "env_options", "groups", "group_size",
+         "max_turns", "max_new_tokens", "temperature", "algo", "lr", "entropy_coef", "kl_coef", "filter",
+         "filter_value", "mi_every", "eval_every", "val_envs")
+# ... then the switches where the paper and the official code disagree (defaults = the paper; docs/paper-vs-code.md)
+PAPER_VS_CODE = ("filter_metric", "filter_mode", "filter_include_zero", "loss_scaling", "soft_reweight",
+                 "score_temperature")
+
+
 def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
-    """argparse from the dataclass: one flag per field, grouped; `suppress_defaults` lists only explicit flags."""
-    p = argparse.ArgumentParser(prog="train.py", description="nanoRAGEN: multi-turn agent RL with SNR-Aware Filtering",
-                                argument_default=argparse.SUPPRESS if suppress_defaults else None)
+    """argparse from the dataclass: one flag per field; `suppress_defaults` lists only explicit flags.
+    Help order: FIRST, PAPER_VS_CODE, then every other flag under its concept ("more: rollout", ...)."""
+    p = argparse.ArgumentParser(
+        prog="train.py", description="nanoRAGEN: multi-turn agent RL with SNR-Aware Filtering. Start with "
+        "`python train.py --preset demo`; the first group below holds the flags a first experiment changes.",
+        usage="train.py [--preset demo|paper|smoke] [--env ENV] [--algo ALGO] [--filter RULE] [... flags below]",
+        argument_default=argparse.SUPPRESS if suppress_defaults else None)
+    first = p.add_argument_group("start here: the flags a first experiment changes")
+    pvc = p.add_argument_group("paper vs official code: where they disagree (default = the paper; each help names both)")
+    by_name = {f.name: f for f in dataclasses.fields(Args)}
+    ordered = [by_name[n] for n in FIRST] + [by_name[n] for n in PAPER_VS_CODE] + \
+              [f for f in dataclasses.fields(Args) if f.name not in FIRST + PAPER_VS_CODE]
     groups = {}
-    for f in dataclasses.fields(Args):
-        g = f.metadata["group"]
+    for f in ordered:
+        g = "first" if f.name in FIRST else "pvc" if f.name in PAPER_VS_CODE else f.metadata["group"]
         if g not in groups:
-            groups[g] = p.add_argument_group(g)
+            groups[g] = {"first": first, "pvc": pvc}.get(g) or p.add_argument_group(f"more: {g}")
         shown = not suppress_defaults and f.default not in ("", -1.0)        # "" / -1 mean "from --algo / derived"
         kw = {"help": f.metadata["help"].replace("%", "%%") + (" [%(default)s]" if shown else "")}
         if not suppress_defaults:
@@ -221,7 +239,7 @@ def resolve(argv: list[str] | None = None, base_run: str = "") -> tuple[Args, di
 
 
 def algo_defaults(name: str) -> dict:
-    """The flag values of one `--algo` bundle (algos.ALGOS; README table "Algorithms")."""
+    """The flag values of one `--algo` bundle (algos.ALGOS; docs/guide.md, "Algorithms")."""
     a = algos.get_algo(name)
     adv = "gae" if a.adv_estimator == "gae" else ("grpo" if a.normalize_std else "drgrpo")
     return dict(adv=adv, loss_agg=a.loss_agg_mode, clip_low=a.clip_low, clip_high=a.clip_high, clip_c=a.clip_c,

@@ -9,7 +9,9 @@ The paper's main rule ("top-p", linear mass):
     k* = min{ k : sum_{j<=k} RV_sigma(j) >= tau },      S = {sigma(1), ..., sigma(k*)}
     if tau cannot be reached the step is skipped (S is empty).
 
-Every rule of the official code (mll-lab-nu/RAGEN `rollout_filter.py`) is here,
+The file reads in that order: the paper's rule first (`reward_variance`, `top_p_by_rv`), then the settings and the
+entry point train.py calls (`FilterConfig`, `apply_filter`), then the ablations. Every rule of the official code
+(mll-lab-nu/RAGEN `rollout_filter.py`) is here,
 with the places where it differs from the paper behind a flag whose default is the paper's:
   * metric `reward_variance` = unbiased variance (paper) vs `reward_std` = unbiased std (what the code's
     "reward_variance" really ranks by; its worked examples and the RVs in the tables are stds);
@@ -64,50 +66,34 @@ def _matrix(x, name: str) -> torch.Tensor:
     return t
 
 
-def group_scores(rewards, metric: str = "reward_variance", *, traj_stat=None) -> torch.Tensor:
-    """Per-group selection score phi(B_u), (P, G) -> (P,) float64.
+# ----------------------------------------------------------------------------------------------------------------
+# The paper's rule (§3.3, App. G): reward variance per group, then keep the top groups by linear RV mass
+# ----------------------------------------------------------------------------------------------------------------
+def reward_variance(rewards) -> torch.Tensor:
+    """RV of every prompt group: the unbiased variance of its G returns, (P, G) -> (P,) float64."""
+    r = _matrix(rewards, "rewards")                    # (P, G)
+    if r.shape[1] < 2:
+        raise ValueError(f"reward variance needs G >= 2 rollouts per group; got G={r.shape[1]}")
+    return r.var(dim=1)
 
-    Reward metrics read `rewards` (per-trajectory returns): `reward_variance` = unbiased variance (the paper's
-    RV, default), `reward_std` = unbiased std (what the code ranks by), `reward_mean` (the code's "reward"),
-    `reward_sum`. Per-trajectory metrics read `traj_stat`, a (P, G) tensor the caller computes, aggregated the
-    way the reference does: `entropy` = group mean of per-trajectory entropy, where a trajectory's entropy is
-    the mean token entropy over its loss mask (denominator clamped >= 1); `entropy_variance` / `entropy_std` =
-    unbiased variance / std of those (the code's "entropy_variance" is a std); `length` = group mean of
-    per-trajectory generated-token counts (sum of the loss mask).
+
+def top_p_by_rv(rv, rho: float = 0.9, eps: float = 0.01) -> torch.Tensor:
+    """SNR-Aware Filtering as the paper states it: kept group indices (ascending, possibly empty).
+
+    Zero-RV groups go first (they carry no task gradient); the rest are sorted by RV, largest first, and the
+    smallest prefix whose RV mass reaches tau = rho * sum(RV) - eps is kept. rho >= 1 keeps every non-zero group.
+    Worked example (App. G, RV = std^2): RV (0.0625, 0.0576, 0.01, 0.0025, 0, 0, 0, 0), rho 0.9, eps 0.01:
+    tau = 0.9 * 0.1326 - 0.01 = 0.1093; 0.0625 < tau, 0.0625 + 0.0576 = 0.1201 >= tau -> keep {0, 1}.
+    Equal to select_groups(rv, "top_p", rho, mode="linear", include_zero=False, eps=eps) (tests/test_filter.py).
     """
-    _choice("metric", metric, METRICS)
-    r = _matrix(rewards, "rewards")  # (P, G)
-    if metric in REWARD_METRICS:
-        x = r
-    else:
-        if traj_stat is None:
-            raise ValueError(f"metric={metric!r} needs traj_stat: a (P, G) tensor of per-trajectory values")
-        x = _matrix(traj_stat, "traj_stat")
-        if x.shape != r.shape:
-            raise ValueError(f"traj_stat shape {tuple(x.shape)} must equal rewards shape {tuple(r.shape)}")
-    if metric in DISPERSION_METRICS and x.shape[1] < 2:
-        raise ValueError(f"metric={metric!r} needs G >= 2 rollouts per group; got G={x.shape[1]}")
-    if metric in ("reward_variance", "entropy_variance"):
-        return x.var(dim=1)                            # unbiased: divides by G - 1
-    if metric in ("reward_std", "entropy_std"):
-        return x.std(dim=1)
-    if metric == "reward_sum":
-        return x.sum(dim=1)
-    return x.mean(dim=1)                               # reward_mean, entropy, length
-
-
-def check_value(strategy: str, value) -> None:
-    """Validate `value` for `strategy` (ValueError naming both and the valid range)."""
-    _choice("strategy", strategy, STRATEGIES)
-    if strategy == "none":
-        return                                         # value is ignored
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"value={value!r} must be a finite number for strategy={strategy!r}")
-    if strategy == "top_k_abs":
-        if value < 1 or value != int(value):
-            raise ValueError(f"value={value!r} is out of range for strategy='top_k_abs': expected an integer >= 1")
-    elif not 0 < value <= 1:
-        raise ValueError(f"value={value!r} is out of range for strategy={strategy!r}: expected 0 < value <= 1")
+    check_rule("top_p", rho, "linear", eps)
+    rv = torch.as_tensor(rv, dtype=torch.float64)
+    if rv.dim() != 1 or len(rv) < 1 or not torch.isfinite(rv).all():
+        raise ValueError(f"rv must be a finite (P,) tensor with P >= 1; got shape {tuple(rv.shape)}")
+    idx = (rv.abs() > ZERO_TOL).nonzero().squeeze(1)   # candidates: non-zero RV, in group order
+    if len(idx) == 0 or rho >= 1:
+        return idx
+    return torch.sort(idx[top_p_linear(rv[idx], rho, eps, largest=True)]).values
 
 
 def _rank(s: torch.Tensor, largest: bool) -> torch.Tensor:
@@ -115,7 +101,7 @@ def _rank(s: torch.Tensor, largest: bool) -> torch.Tensor:
     return torch.sort(s if largest else -s, descending=True, stable=True).indices
 
 
-def _top_p_linear(s: torch.Tensor, value: float, eps: float, largest: bool) -> torch.Tensor:
+def top_p_linear(s: torch.Tensor, value: float, eps: float, largest: bool) -> torch.Tensor:
     """Paper's mass rule, exactly as the reference walks it: positions of the kept prefix (maybe empty)."""
     order = _rank(s, largest)
     s_sorted = s[order]                                # (n,) best first
@@ -131,106 +117,29 @@ def _top_p_linear(s: torch.Tensor, value: float, eps: float, largest: bool) -> t
     return order[: int(reached[0])]                    # k* = smallest prefix whose mass reaches tau
 
 
-def _top_p_softmax(s: torch.Tensor, value: float, largest: bool) -> torch.Tensor:
-    """Code's nucleus rule: p = softmax(+-s); keep the fewest most probable groups with cum. p >= value (>= 1)."""
-    logits = s if largest else -s
-    order = torch.sort(logits, descending=True, stable=True).indices
-    c = torch.cumsum(torch.softmax(logits[order], 0), 0)            # (n,) nondecreasing, ends at 1
-    cut = int(torch.searchsorted(c, torch.tensor([float(value)], dtype=c.dtype))[0])  # first c >= value
-    return order[: min(cut + 1, len(s))]
-
-
-def select_groups(scores, strategy: str = "top_p", value: float = 0.9, *, mode: str = "linear",
-                  include_zero: bool = False, eps: float = 0.01, largest: bool = True) -> torch.Tensor:
-    """Kept group indices (LongTensor, ascending, possibly empty) for one selection rule.
-
-    - include_zero=False first drops groups with |score| <= 1e-10 (before any rule; if none remain: empty).
-    - `none`: keep all P groups (include_zero ignored): the no-filter baseline on the same code path.
-    - `top_p`, value rho in (0, 1]: rho >= 1 keeps every remaining candidate (so top_p 1.0 + include_zero
-      False = "drop zero-RV groups only"). mode `linear` (paper, App. G): see the module docstring; the walk
-      also stops at the first score <= 0, so `largest=False` with zeros present gives empty, and a negative
-      total (signed metrics) gives empty. mode `softmax` (code's scripts): nucleus over softmax(scores)
-      (softmax(-scores) for smallest), always keeps >= 1.
-    - `top_k`, value in (0, 1]: k = int(value * P) with P the full group count, clamped to [1, #candidates].
-    - `top_k_abs`, integer value >= 1: k = value, same clamping.
-    - `min_p`, value p in (0, 1]: largest keeps score >= p * max - 1e-10; smallest keeps
-      score <= min / (p + 1e-10) + 1e-10 (as the code; with a negative max nothing may pass).
-    `largest=False` selects the smallest scores (the paper's reverse / "keep smallest" diagnostic).
-    """
+# ----------------------------------------------------------------------------------------------------------------
+# Settings (validated in one place) and the entry point train.py calls
+# ----------------------------------------------------------------------------------------------------------------
+def check_rule(strategy: str, value, mode: str = "linear", eps: float = 0.0) -> None:
+    """Validate one selection rule (the single place: FilterConfig, select_groups and top_p_by_rv call it)."""
     check_value(strategy, value)
     _choice("mode", mode, MODES)
-    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (math.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps={eps!r} must be a finite number >= 0")
-    s = torch.as_tensor(scores, dtype=torch.float64)
-    if s.dim() != 1 or len(s) < 1:
-        raise ValueError(f"scores must have shape (P,) with P >= 1; got {tuple(s.shape)}")
-    if not torch.isfinite(s).all():
-        raise ValueError("scores contains NaN or inf")
-    n_groups = len(s)
-    idx = torch.arange(n_groups)                       # original group index of every candidate
+
+
+def check_value(strategy: str, value) -> None:
+    """Validate `value` for `strategy` (ValueError naming both and the valid range)."""
+    _choice("strategy", strategy, STRATEGIES)
     if strategy == "none":
-        return idx
-    if not include_zero:
-        nonzero = s.abs() > ZERO_TOL
-        s, idx = s[nonzero], idx[nonzero]
-        if len(s) == 0:
-            return idx
-    if strategy == "top_p":
-        if value >= 1:
-            pos = torch.arange(len(s))
-        elif mode == "linear":
-            pos = _top_p_linear(s, value, eps, largest)
-        else:
-            pos = _top_p_softmax(s, value, largest)
-    elif strategy in ("top_k", "top_k_abs"):
-        k = int(value * n_groups) if strategy == "top_k" else int(value)
-        k = max(min(k, len(s)), 1)
-        pos = _rank(s, largest)[:k]
-    else:                                              # min_p
-        if largest:
-            pos = (s >= s.max() * value - 1e-10).nonzero().squeeze(1)
-        else:
-            pos = (s <= s.min() / (value + 1e-10) + 1e-10).nonzero().squeeze(1)
-    return torch.sort(idx[pos]).values
-
-
-def select_quartile(scores, q: int, *, include_zero: bool = True) -> torch.Tensor:
-    """Kept group indices (ascending) of RV-rank quartile q (1 = highest scores, 4 = lowest): quartile ablation.
-
-    Candidates (after dropping |score| <= 1e-10 when include_zero=False) are ranked best first (stable);
-    rank r (0-based) of n candidates belongs to quartile floor(4 r / n) + 1. With n divisible by 4 each quartile
-    holds n/4 groups; otherwise sizes differ by at most one (n=10: 3, 2, 3, 2) and for n < 4 some are empty.
-    The paper's ablation (P=8) ranks all groups, zeros included (its Q3/Q4 hold RV 0.0-0.2).
-    """
-    if isinstance(q, bool) or q not in (1, 2, 3, 4):
-        raise ValueError(f"quartile={q!r} is not valid; expected one of (1, 2, 3, 4)")
-    s = torch.as_tensor(scores, dtype=torch.float64)
-    if s.dim() != 1 or len(s) < 1:
-        raise ValueError(f"scores must have shape (P,) with P >= 1; got {tuple(s.shape)}")
-    idx = torch.arange(len(s))
-    if not include_zero:
-        idx = idx[s.abs() > ZERO_TOL]
-    order = idx[_rank(s[idx], largest=True)]           # candidate group indices, highest first
-    quart = torch.arange(len(order)) * 4 // max(len(order), 1) + 1
-    return torch.sort(order[quart == q]).values
-
-
-def select_trajectories(rewards, k: int) -> torch.Tensor:
-    """(P, G) bool mask keeping the top-k and bottom-k rewards inside every group (trajectory-level ablation).
-
-    One stable descending sort per row: the first k are the top, the last k the bottom, so the two sets are
-    disjoint (ties: the top takes lower indices, the bottom higher ones). Needs 1 <= k and 2k <= G.
-    The paper's table says "top-8 + bottom-8 rewards" with G=16 but reports 64 = 8 x 8 trajectories per update,
-    i.e. k=4 (the default of FilterConfig.traj_k); k=8 would keep everything.
-    """
-    r = _matrix(rewards, "rewards")                    # (P, G)
-    n_g = r.shape[1]
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1 or 2 * k > n_g:
-        raise ValueError(f"traj_k={k!r} is not valid for G={n_g}: expected an integer with 1 <= traj_k <= G // 2")
-    order = torch.sort(r, dim=1, descending=True, stable=True).indices     # (P, G)
-    mask = torch.zeros_like(r, dtype=torch.bool)
-    pick = torch.cat([order[:, :k], order[:, n_g - k:]], dim=1)            # (P, 2k)
-    return mask.scatter_(1, pick, True)
+        return                                         # value is ignored
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"value={value!r} must be a finite number for strategy={strategy!r}")
+    if strategy == "top_k_abs":
+        if value < 1 or value != int(value):
+            raise ValueError(f"value={value!r} is out of range for strategy='top_k_abs': expected an integer >= 1")
+    elif not 0 < value <= 1:
+        raise ValueError(f"value={value!r} is out of range for strategy={strategy!r}: expected 0 < value <= 1")
 
 
 @dataclass
@@ -254,18 +163,13 @@ class FilterConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad flag and its valid values; no compute happens here."""
-        _choice("strategy", self.strategy, STRATEGIES)
-        check_value(self.strategy, self.value)
+        check_rule(self.strategy, self.value, self.mode, self.eps)
         _choice("metric", self.metric, METRICS)
-        _choice("mode", self.mode, MODES)
         _choice("level", self.level, LEVELS)
         _choice("loss_scaling", self.loss_scaling, LOSS_SCALINGS)
         for name in ("include_zero", "largest", "soft_reweight"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
-        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not (
-                math.isfinite(self.eps) and self.eps >= 0):
-            raise ValueError(f"eps={self.eps!r} must be a finite number >= 0")
         if isinstance(self.traj_k, bool) or not isinstance(self.traj_k, int) or self.traj_k < 1:
             raise ValueError(f"traj_k={self.traj_k!r} must be an integer >= 1")
         if self.quartile is not None:
@@ -387,6 +291,140 @@ def apply_filter(rewards, cfg: FilterConfig | None = None, traj_stats=None) -> F
         **_summary("filter/soft_weight", adv_weight.double()),
     }
     return FilterResult(kept, group_mask, traj_mask, kept_traj, traj_group, adv_weight, loss_scale, scores, metrics)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Ablations and the official code's variants: other metrics, softmax top-p, top-k, min-p, quartiles, trajectories
+# ----------------------------------------------------------------------------------------------------------------
+def group_scores(rewards, metric: str = "reward_variance", *, traj_stat=None) -> torch.Tensor:
+    """Per-group selection score phi(B_u), (P, G) -> (P,) float64.
+
+    Reward metrics read `rewards` (per-trajectory returns): `reward_variance` = unbiased variance (the paper's
+    RV, default), `reward_std` = unbiased std (what the code ranks by), `reward_mean` (the code's "reward"),
+    `reward_sum`. Per-trajectory metrics read `traj_stat`, a (P, G) tensor the caller computes, aggregated the
+    way the reference does: `entropy` = group mean of per-trajectory entropy, where a trajectory's entropy is
+    the mean token entropy over its loss mask (denominator clamped >= 1); `entropy_variance` / `entropy_std` =
+    unbiased variance / std of those (the code's "entropy_variance" is a std); `length` = group mean of
+    per-trajectory generated-token counts (sum of the loss mask).
+    """
+    _choice("metric", metric, METRICS)
+    r = _matrix(rewards, "rewards")  # (P, G)
+    if metric in REWARD_METRICS:
+        x = r
+    else:
+        if traj_stat is None:
+            raise ValueError(f"metric={metric!r} needs traj_stat: a (P, G) tensor of per-trajectory values")
+        x = _matrix(traj_stat, "traj_stat")
+        if x.shape != r.shape:
+            raise ValueError(f"traj_stat shape {tuple(x.shape)} must equal rewards shape {tuple(r.shape)}")
+    if metric in DISPERSION_METRICS and x.shape[1] < 2:
+        raise ValueError(f"metric={metric!r} needs G >= 2 rollouts per group; got G={x.shape[1]}")
+    if metric in ("reward_variance", "entropy_variance"):
+        return x.var(dim=1)                            # unbiased: divides by G - 1
+    if metric in ("reward_std", "entropy_std"):
+        return x.std(dim=1)
+    if metric == "reward_sum":
+        return x.sum(dim=1)
+    return x.mean(dim=1)                               # reward_mean, entropy, length
+
+
+def _top_p_softmax(s: torch.Tensor, value: float, largest: bool) -> torch.Tensor:
+    """Code's nucleus rule: p = softmax(+-s); keep the fewest most probable groups with cum. p >= value (>= 1)."""
+    logits = s if largest else -s
+    order = torch.sort(logits, descending=True, stable=True).indices
+    c = torch.cumsum(torch.softmax(logits[order], 0), 0)            # (n,) nondecreasing, ends at 1
+    cut = int(torch.searchsorted(c, torch.tensor([float(value)], dtype=c.dtype))[0])  # first c >= value
+    return order[: min(cut + 1, len(s))]
+
+
+def select_groups(scores, strategy: str = "top_p", value: float = 0.9, *, mode: str = "linear",
+                  include_zero: bool = False, eps: float = 0.01, largest: bool = True) -> torch.Tensor:
+    """Kept group indices (LongTensor, ascending, possibly empty) for one selection rule.
+
+    - include_zero=False first drops groups with |score| <= 1e-10 (before any rule; if none remain: empty).
+    - `none`: keep all P groups (include_zero ignored): the no-filter baseline on the same code path.
+    - `top_p`, value rho in (0, 1]: rho >= 1 keeps every remaining candidate (so top_p 1.0 + include_zero
+      False = "drop zero-RV groups only"). mode `linear` (paper, App. G): see the module docstring; the walk
+      also stops at the first score <= 0, so `largest=False` with zeros present gives empty, and a negative
+      total (signed metrics) gives empty. mode `softmax` (code's scripts): nucleus over softmax(scores)
+      (softmax(-scores) for smallest), always keeps >= 1.
+    - `top_k`, value in (0, 1]: k = int(value * P) with P the full group count, clamped to [1, #candidates].
+    - `top_k_abs`, integer value >= 1: k = value, same clamping.
+    - `min_p`, value p in (0, 1]: largest keeps score >= p * max - 1e-10; smallest keeps
+      score <= min / (p + 1e-10) + 1e-10 (as the code; with a negative max nothing may pass).
+    `largest=False` selects the smallest scores (the paper's reverse / "keep smallest" diagnostic).
+    """
+    check_rule(strategy, value, mode, eps)
+    s = torch.as_tensor(scores, dtype=torch.float64)
+    if s.dim() != 1 or len(s) < 1:
+        raise ValueError(f"scores must have shape (P,) with P >= 1; got {tuple(s.shape)}")
+    if not torch.isfinite(s).all():
+        raise ValueError("scores contains NaN or inf")
+    n_groups = len(s)
+    idx = torch.arange(n_groups)                       # original group index of every candidate
+    if strategy == "none":
+        return idx
+    if not include_zero:
+        nonzero = s.abs() > ZERO_TOL
+        s, idx = s[nonzero], idx[nonzero]
+        if len(s) == 0:
+            return idx
+    if strategy == "top_p":
+        if value >= 1:
+            pos = torch.arange(len(s))
+        elif mode == "linear":
+            pos = top_p_linear(s, value, eps, largest)
+        else:
+            pos = _top_p_softmax(s, value, largest)
+    elif strategy in ("top_k", "top_k_abs"):
+        k = int(value * n_groups) if strategy == "top_k" else int(value)
+        k = max(min(k, len(s)), 1)
+        pos = _rank(s, largest)[:k]
+    else:                                              # min_p
+        if largest:
+            pos = (s >= s.max() * value - 1e-10).nonzero().squeeze(1)
+        else:
+            pos = (s <= s.min() / (value + 1e-10) + 1e-10).nonzero().squeeze(1)
+    return torch.sort(idx[pos]).values
+
+
+def select_quartile(scores, q: int, *, include_zero: bool = True) -> torch.Tensor:
+    """Kept group indices (ascending) of RV-rank quartile q (1 = highest scores, 4 = lowest): quartile ablation.
+
+    Candidates (after dropping |score| <= 1e-10 when include_zero=False) are ranked best first (stable);
+    rank r (0-based) of n candidates belongs to quartile floor(4 r / n) + 1. With n divisible by 4 each quartile
+    holds n/4 groups; otherwise sizes differ by at most one (n=10: 3, 2, 3, 2) and for n < 4 some are empty.
+    The paper's ablation (P=8) ranks all groups, zeros included (its Q3/Q4 hold RV 0.0-0.2).
+    """
+    if isinstance(q, bool) or q not in (1, 2, 3, 4):
+        raise ValueError(f"quartile={q!r} is not valid; expected one of (1, 2, 3, 4)")
+    s = torch.as_tensor(scores, dtype=torch.float64)
+    if s.dim() != 1 or len(s) < 1:
+        raise ValueError(f"scores must have shape (P,) with P >= 1; got {tuple(s.shape)}")
+    idx = torch.arange(len(s))
+    if not include_zero:
+        idx = idx[s.abs() > ZERO_TOL]
+    order = idx[_rank(s[idx], largest=True)]           # candidate group indices, highest first
+    quart = torch.arange(len(order)) * 4 // max(len(order), 1) + 1
+    return torch.sort(order[quart == q]).values
+
+
+def select_trajectories(rewards, k: int) -> torch.Tensor:
+    """(P, G) bool mask keeping the top-k and bottom-k rewards inside every group (trajectory-level ablation).
+
+    One stable descending sort per row: the first k are the top, the last k the bottom, so the two sets are
+    disjoint (ties: the top takes lower indices, the bottom higher ones). Needs 1 <= k and 2k <= G.
+    The paper's table says "top-8 + bottom-8 rewards" with G=16 but reports 64 = 8 x 8 trajectories per update,
+    i.e. k=4 (the default of FilterConfig.traj_k); k=8 would keep everything.
+    """
+    r = _matrix(rewards, "rewards")                    # (P, G)
+    n_g = r.shape[1]
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1 or 2 * k > n_g:
+        raise ValueError(f"traj_k={k!r} is not valid for G={n_g}: expected an integer with 1 <= traj_k <= G // 2")
+    order = torch.sort(r, dim=1, descending=True, stable=True).indices     # (P, G)
+    mask = torch.zeros_like(r, dtype=torch.bool)
+    pick = torch.cat([order[:, :k], order[:, n_g - k:]], dim=1)            # (P, 2k)
+    return mask.scatter_(1, pick, True)
 
 
 # ---------------------------------------------------------------------------------------------------------------

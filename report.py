@@ -353,8 +353,20 @@ def plot_buckets(m: dict, path, title: str = "") -> None:
     plt.close(fig)
 
 
+def no_update_steps(rows: list[dict]) -> list[int]:
+    """Steps whose policy was not updated: the filter kept nothing, or every optimizer step was skipped for a
+    non-finite gradient norm."""
+    return [int(r["step"]) for r in rows if r.get("step", -1) >= 0 and (
+        r.get("filter/empty") == 1.0 or (r.get("train/skipped_nonfinite", 0) or 0) > 0
+        and r.get("train/skipped_nonfinite") == r.get("train/optimizer_steps"))]
+
+
 def plot_run(run_dir: str | Path) -> list[Path]:
-    """Write one PNG per panel with data into `<run>/plots/`, plus an overview grid. Returns the paths."""
+    """A run's curves: `<run>/plots/overview.png`, one panel per group of PANELS that the run logged (x = step; the
+    validation before training is step -1), plus `plots/grad_buckets.png` (paper Fig. 3) for the last step with a
+    gradient analysis. Curves that share a panel differ in line style and marker, so equal curves (e.g. return and
+    success on a 0/1 task) stay visible; steps without a policy update (no_update_steps) are shaded grey; y axes
+    show plain values (no offset notation). Returns the paths written ([] when nothing was logged)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -368,20 +380,30 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     panels = [(t, cs) for t, cs in panels if cs]
     if not panels:
         return []
+    skipped = no_update_steps(rows)
     n = len(panels)
     cols = 3
     fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(4.2 * cols, 3.0 * ((n + cols - 1) // cols)),
                              squeeze=False)
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "v")]
     for ax, (title, cs) in zip(axes.flat, panels):
-        for key, s, v in cs:
-            ax.plot(s, v, marker="o" if s.size < 30 else None, ms=3, label=key)
+        for i, (key, s, v) in enumerate(cs):
+            ls, mk = styles[i % len(styles)]
+            ax.plot(s, v, ls=ls, marker=mk if s.size < 30 else None, ms=4 - i, label=key, alpha=0.9)
+        for st in skipped:
+            ax.axvspan(st - 0.5, st + 0.5, color="0.85", zorder=0, lw=0)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
+        ax.ticklabel_format(axis="y", useOffset=False)
         ax.legend(fontsize=6)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.suptitle(run_dir.name, fontsize=10)
+    if skipped:
+        run_title = f"{run_dir.name}  (grey: {len(skipped)} step{'s' if len(skipped) > 1 else ''} without an update)"
+    else:
+        run_title = run_dir.name
+    fig.suptitle(run_title, fontsize=10)
     fig.tight_layout()
     path = out / "overview.png"
     fig.savefig(path, dpi=110)

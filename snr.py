@@ -21,7 +21,7 @@ What this file implements:
 A library: the probe CLI (one batch of a fresh or trained policy) is experiments/snr_probe.py, the figure is
 report.plot_buckets.
 
-Deliberate differences from the official code (README "paper vs code"):
+Deliberate differences from the official code (docs/paper-vs-code.md):
   * every bucket's loss is normalised by the bucket's OWN token count (sequence count under the seq-mean-*
     aggregations), so norms are comparable across buckets of different sizes. The reference divides by the
     nominal mini-batch accumulation count, which makes a small bucket's raw norm shrink with its size

@@ -1,15 +1,14 @@
 """nanoRAGEN training loop: multi-turn agent RL (PPO, DAPO, GRPO, Dr.GRPO) with SNR-Aware Filtering and MI logging.
 
-One iteration (paper §2-4; each line is a call into the file named after it):
+One iteration of `main` (paper §2-4), one call per step of the algorithm:
 
-    trajs   = rollout.rollout(model, P groups x G envs)          # group i: G envs reset with one seed
-    R       = returns as a (P, G) matrix (gathered over processes)
-    mi      = mi_proxy.mi_report(...)   every --mi-every steps, on the UNFILTERED batch (first-turn, trajectory)
-    kept    = filter.apply_filter(R)                               # SNR-Aware Filtering: top groups by RV
-    batch   = update.prepare_batch(kept)  # old log-probs; algos.gae_advantages (PPO) | algos.grpo_advantages
-    update  = update.update(batch)        # algos.policy_loss - entropy_coef * H + kl_coef * KL (+ value loss)
-    (grad   = snr.bucket_report(...)      every --grad-analysis-every steps: paper Fig. 3, before the update)
-    eval / log / checkpoint
+    1. local, first, R = collect(...)       rollout.rollout: P groups x G envs, one env seed per group; R (P, G)
+    2. mi_metrics(first)                    mi_proxy.mi_report every --mi-every steps, on the UNFILTERED batch
+    3. fres = snr_filter(R)                 filter.apply_filter: SNR-Aware Filtering, keep the top groups by RV
+       (grad_analysis                       snr.bucket_report every --grad-analysis-every steps: paper Fig. 3)
+    4. learn(kept)                          update.prepare_batch (advantages: algos.gae_advantages | grpo_advantages)
+                                            + update.update, minimising algos.objective = pg - b_H*H + b_KL*KL
+    5. evaluate / log_step / save           validation on fixed seeds, metrics.jsonl, checkpoints
 
 Single process:      python train.py --preset demo
                      python train.py --env sokoban --algo grpo --filter none --steps 50
@@ -29,6 +28,7 @@ batch padding by duplicated rows (we split the kept batch into mini-batches of a
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -270,6 +270,11 @@ class StopFlag:
             raise KeyboardInterrupt
         self.set, self.signum = True, signum
 
+    def requested(self, dist: Dist) -> bool:
+        """True on every process once any process got a signal (all processes stop at the same step)."""
+        self.set = dist.any(self.set)
+        return self.set
+
     def restore(self):
         for s, prev in self._prev.items():
             signal.signal(s, prev)
@@ -300,17 +305,156 @@ def run_summary(run_dir: Path, step: int, plots: list) -> str:
             + (f"; plot {plots[0]}" if plots else ""))
 
 
-def save(run_dir, step, model, critic, opt, copt, emas, stopper, dist: Dist) -> None:
+# ------------------------------------------------------------------------------------------- the learner's state
+@dataclass
+class Learner:
+    """Everything the update changes or reads across steps, i.e. what a checkpoint holds (+ the frozen initial
+    policy: the KL reference and the frozen MI scorer)."""
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    critic: torch.nn.Module | None = None
+    copt: torch.optim.Optimizer | None = None
+    frozen: torch.nn.Module | None = None
+    emas: dict = field(default_factory=dict)            # MI z-score EMAs, one per family/scorer
+    stopper: EarlyStop = field(default_factory=EarlyStop)
+
+
+def build_learner(model, args) -> Learner:
+    """Policy optimiser, critic (GAE) + its optimiser, frozen copy of the initial policy (KL / frozen MI scorer)."""
+    frozen = None
+    if args.kl_coef > 0 or (args.mi_every and args.mi_scorer != "policy"):
+        frozen = copy.deepcopy(model).eval().requires_grad_(False)
+    critic = policy.make_critic(model) if args.adv == "gae" else None
+    adamw = dict(lr=args.lr, betas=(0.9, 0.999), weight_decay=args.weight_decay)
+    return Learner(model=model, opt=torch.optim.AdamW(model.parameters(), **adamw), critic=critic,
+                   copt=torch.optim.AdamW(critic.parameters(), **{**adamw, "lr": args.critic_lr}) if critic else None,
+                   frozen=frozen,
+                   stopper=EarlyStop(args.early_stop_empty, args.early_stop_rv, args.early_stop_val, args.stop_nonfinite))
+
+
+def save(run_dir, step, L: Learner, dist: Dist) -> None:
     """Checkpoint = the state at the START of `step` (everything else is re-derived from (seed, step))."""
-    state = {"step": step, "model": model.state_dict(), "opt": opt.state_dict(),
-             "critic": critic.state_dict() if critic is not None else None,
-             "copt": copt.state_dict() if copt is not None else None,
-             "emas": {k: e.state_dict() for k, e in emas.items()}, "early_stop": dataclasses.asdict(stopper),
+    state = {"step": step, "model": L.model.state_dict(), "opt": L.opt.state_dict(),
+             "critic": L.critic.state_dict() if L.critic is not None else None,
+             "copt": L.copt.state_dict() if L.copt is not None else None,
+             "emas": {k: e.state_dict() for k, e in L.emas.items()}, "early_stop": dataclasses.asdict(L.stopper),
              "rng": runlog.rng_state()}
     runlog.save_checkpoint(run_dir, state, rank=dist.rank)
 
 
-# ------------------------------------------------------------------------------------------------------- main
+def restore(L: Learner, ckpt) -> int:
+    """Load a checkpoint written by `save` into L and the RNGs; returns the step to start from."""
+    L.model.load_state_dict(ckpt["model"])
+    L.opt.load_state_dict(ckpt["opt"])
+    if L.critic is not None:
+        L.critic.load_state_dict(ckpt["critic"])
+        L.copt.load_state_dict(ckpt["copt"])
+    for k, st in ckpt["emas"].items():
+        L.emas[k] = mi_proxy.ZScoreEMA()
+        L.emas[k].load_state_dict(st)
+    for k in ("empty_streak", "rv_history", "low_val_streak", "nonfinite_streak"):   # limits: the current flags
+        setattr(L.stopper, k, ckpt["early_stop"].get(k, 0))
+    runlog.set_rng_state(ckpt["rng"])
+    return ckpt["step"]
+
+
+# ---------------------------------------------------------------------------------------- the steps of the loop
+def snr_filter(local, first, R, owner, model, fcfg, args, dist: Dist, m: dict):
+    """SNR-Aware Filtering (filter.py): the same decision on every process (R is global). Returns the
+    FilterResult (None for an empty batch) and logs filter/*: under DAPO, the RV statistics of round 0 (the
+    unfiltered population; the resampled batch has no zero-RV group by construction)."""
+    stats = None
+    if args.filter_metric in ("entropy", "entropy_variance", "entropy_std", "length") and len(R):
+        stats = traj_statistic(local, R, owner, model, args, dist)
+    fres = rvfilter.apply_filter(R, fcfg, stats) if len(R) else None
+    m.update(fres.metrics if fres else {"filter/empty": 1.0})
+    if args.dynamic_sampling:
+        m.update(round0_rv_metrics(first, args, dist))
+    return fres
+
+
+def learn(local, R, owner, fres, L: Learner, tok, args, dist: Dist) -> dict:
+    """Advantages on the kept groups, then the update of the regularised objective (update.py, algos.objective).
+    Nothing is updated when the filter kept nothing."""
+    if fres is None or fres.empty:
+        return {}
+    batch = prepare_batch(local, R, owner, fres, L.model, L.critic, L.frozen if args.kl_coef > 0 else None, tok, args,
+                          dist)
+    L.model.train()
+    out = update(L.model, L.critic, L.opt, L.copt, batch, args, dist)
+    L.model.eval()
+    return out
+
+
+def due(step: int, every: int, first_step_too: bool = False) -> bool:
+    """Does a periodic phase run after step `step` (0-based)? The MI proxy also runs on step 0, as the reference
+    (1-based steps 1, 5, 10, ...)."""
+    return bool(every) and ((first_step_too and step == 0) or (step + 1) % every == 0)
+
+
+class Clock:
+    """Per-phase wall times into m["time/<phase>"]; time/step excludes the diagnostic phases (MI proxy, gradient
+    analysis, validation), as the reference's timing does."""
+    EXCLUDED = ("mi", "grad_analysis", "eval")
+
+    def __init__(self, m: dict):
+        self.m, self.t0 = m, time.perf_counter()
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.m[f"time/{phase}"] = time.perf_counter() - t
+
+    def step_time(self) -> float:
+        return time.perf_counter() - self.t0 - sum(self.m.get(f"time/{p}", 0.0) for p in self.EXCLUDED)
+
+
+def after_update(step, m, fres, L: Learner, dist: Dist) -> str:
+    """Early-stop bookkeeping after the update (reads round 0's RV), with a warning for skipped optimizer steps."""
+    skipped = m.get("train/skipped_nonfinite", 0.0)
+    if skipped and dist.main:
+        print(f"warning: step {step}: {int(skipped)} of {int(m['train/optimizer_steps'])} optimizer steps "
+              "skipped (non-finite gradient norm; lower --lr?)", flush=True)
+    reason = L.stopper.after_step(fres is None or fres.empty, m.get("filter/reward_std_mean", 0.0),
+                                  all_skipped=bool(skipped) and skipped == m.get("train/optimizer_steps"))
+    m["train/empty_streak"] = float(L.stopper.empty_streak)
+    return reason
+
+
+def log_step(step, m, first, reason, clock: Clock, log, acc, bar, args, dist: Dist) -> None:
+    """metrics.jsonl (+ trackers), samples.jsonl, the progress bar or line."""
+    m["time/step"] = clock.step_time()
+    if reason:
+        m[f"early_stopped/{reason}"] = 1.0
+    log.log(step, m)
+    if dist.main:
+        log.log_samples(step, sample_records(first, args.log_samples))
+        acc.log(m, step=step) if args.trackers else None
+        show_progress(bar, step, m, args)
+
+
+STOP_OFF = {"empty_filtered_steps": "--early-stop-empty 0", "reward_variance_collapse": "--no-early-stop-rv",
+            "low_validation_success": "--no-early-stop-val", "nonfinite_updates": "--stop-nonfinite 0"}
+
+
+def finish_run(run_dir, step, stop_reason, flag, dist: Dist) -> None:
+    """Plots, the summary line, finished.json for a completed run, and how to continue a stopped one."""
+    if not dist.main:
+        return
+    plots = report.plot_run(run_dir)
+    print(run_summary(run_dir, step, plots), flush=True)
+    if not flag.set:                # completed (all steps or an early stop): drivers skip finished runs
+        (run_dir / "finished.json").write_text(json.dumps({"step": step, "early_stop": stop_reason}))
+    if stop_reason or flag.set:
+        what = (signal.Signals(flag.signum).name if flag.signum else "signal on another process") if flag.set \
+            else stop_reason
+        print(f"stopped at step {step} ({what}); continue with: python train.py --resume {run_dir}"
+              + ("" if flag.set else f" {STOP_OFF[stop_reason]} (the stop would fire again otherwise)"))
+
+
 def rollout_config(args) -> rollout.RolloutConfig:
     return rollout.RolloutConfig(env=args.env, env_options=json.loads(args.env_options),
                                  max_turns=args.max_turns or None, max_new_tokens=args.max_new_tokens,
@@ -356,7 +500,32 @@ def open_run(run_dir: Path, args, dist: Dist):
     return lock, ckpt
 
 
+def open_log(run_dir: Path, args, acc, dist: Dist, resumed_at: int | None) -> runlog.RunLog:
+    """config.json, metrics cut back to the checkpoint on --resume (all of it when there is none), trackers."""
+    acc.wait_for_everyone()
+    log = runlog.RunLog(run_dir, enabled=dist.main)
+    log.write_config(dataclasses.asdict(args))
+    if dist.main:
+        (run_dir / "finished.json").unlink(missing_ok=True)       # written again when this invocation completes
+    if args.resume:
+        log.truncate_after(resumed_at - 1 if resumed_at is not None else -2)
+    if args.trackers:
+        acc.init_trackers(args.name, config=dataclasses.asdict(args))
+    return log
+
+
+def grad_analysis_due(step, R, args) -> bool:
+    return bool(args.grad_analysis_every) and step % args.grad_analysis_every == 0 and (len(R) or args.dynamic_sampling)
+
+
+def eval_due(step, args) -> bool:
+    return bool(args.eval_every and args.val_envs) and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps)
+
+
+# ------------------------------------------------------------------------------------------------------- main
 def main(argv=None) -> Path:
+    """The paper's training loop (§2 objective, §3 MI proxy, §4 SNR-Aware Filtering): setup, then one iteration per
+    step with one call per step of the algorithm; bookkeeping lives in the helpers above."""
     args, _ = config.resolve(argv)
     from accelerate import Accelerator
     acc = Accelerator(cpu=args.cpu, log_with=[t for t in args.trackers.split(",") if t] or None)
@@ -364,120 +533,49 @@ def main(argv=None) -> Path:
     check_world(args, dist)
     run_dir = Path(args.resume) if args.resume else Path(args.out_dir) / args.name
     refuse_existing(run_dir, args)                           # cheap check first: before the model loads
-
-    # ---- models: policy (+ critic for GAE) (+ frozen copy of the initial policy for KL / frozen MI scorer),
-    # loaded before the run directory is touched, so a model that cannot be loaded leaves nothing behind
     torch.manual_seed(args.seed)
-    model, tok = policy.load(args.model, device=acc.device, seed=args.seed)
+    model, tok = policy.load(args.model, device=acc.device, seed=args.seed)   # a model that cannot load: nothing written
     lock, ckpt = open_run(run_dir, args, dist)
-    acc.wait_for_everyone()
-    log = runlog.RunLog(run_dir, enabled=dist.main)
-    log.write_config(dataclasses.asdict(args))
-    if dist.main:
-        (run_dir / "finished.json").unlink(missing_ok=True)       # written again when this invocation completes
-    if args.trackers:
-        acc.init_trackers(args.name, config=dataclasses.asdict(args))
-    frozen = None
-    if args.kl_coef > 0 or (args.mi_every and args.mi_scorer != "policy"):
-        frozen = copy.deepcopy(model).eval().requires_grad_(False)
-    critic = policy.make_critic(model) if args.adv == "gae" else None
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), weight_decay=args.weight_decay)
-    copt = (torch.optim.AdamW(critic.parameters(), lr=args.critic_lr, betas=(0.9, 0.999),
-                              weight_decay=args.weight_decay) if critic is not None else None)
-    emas: dict[str, mi_proxy.ZScoreEMA] = {}
-    stopper = EarlyStop(args.early_stop_empty, args.early_stop_rv, args.early_stop_val, args.stop_nonfinite)
-    start = 0
-    if ckpt is not None:
-        start = ckpt["step"]
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["opt"])
-        if critic is not None:
-            critic.load_state_dict(ckpt["critic"])
-            copt.load_state_dict(ckpt["copt"])
-        for k, st in ckpt["emas"].items():
-            emas[k] = mi_proxy.ZScoreEMA()
-            emas[k].load_state_dict(st)
-        for k in ("empty_streak", "rv_history", "low_val_streak", "nonfinite_streak"):   # limits: current flags
-            setattr(stopper, k, ckpt["early_stop"].get(k, 0))
-        runlog.set_rng_state(ckpt["rng"])
-    if args.resume:
-        log.truncate_after(start - 1 if ckpt is not None else -2)     # no checkpoint: start over from scratch
-    rcfg = rollout_config(args)
-    fcfg = config.filter_config(args)
-
+    L = build_learner(model, args)                           # the frozen copy is taken before a checkpoint loads
+    start = restore(L, ckpt) if ckpt is not None else 0
+    log = open_log(run_dir, args, acc, dist, start if ckpt is not None else None)
+    rcfg, fcfg = rollout_config(args), config.filter_config(args)
     from tqdm import tqdm
     bar = tqdm(range(start, args.steps), initial=start, total=args.steps, disable=not (dist.main and args.progress),
                desc=args.name, dynamic_ncols=True)
     flag, stop_reason, step, saved = StopFlag(), "", start, -1
     try:
         if start == 0 and args.eval_every and args.val_envs:
-            log.log(-1, evaluate(model, tok, args, rcfg, dist))              # before training, as the reference
+            log.log(-1, evaluate(L.model, tok, args, rcfg, dist))               # before training, as the reference
         for step in bar:
-            m, t0 = {}, time.perf_counter()
+            m = {}
+            clock = Clock(m)
             torch.manual_seed(step_seed(args.seed, step, dist.rank))
-            # 1. rollout (+ DAPO dynamic sampling)
-            local, first, R, owner, rm = collect(step, model, tok, args, rcfg, dist)
+            with clock("rollout"):        # 1. P groups x G envs, one env seed per group (+ DAPO dynamic sampling)
+                local, first, R, owner, rm = collect(step, L.model, tok, args, rcfg, dist)
             m.update(rm)
-            m["time/rollout"] = time.perf_counter() - t0
-            if dist.any(flag.set):                             # Ctrl-C during the rollout: redo this step on resume
-                flag.set = True
+            if flag.requested(dist):      # Ctrl-C / SIGTERM during the rollout: this step is redone on resume
                 break
-            # 2. MI proxy on the unfiltered batch (excluded from time/step like the reference's timing)
-            if args.mi_every and (step == 0 or (step + 1) % args.mi_every == 0):   # reference: 1-based 1, 5, 10, ...
-                t1 = time.perf_counter()
-                m.update(mi_metrics(step, first, model, frozen, args, emas, dist))
-                m["time/mi"] = time.perf_counter() - t1
-            # 3. SNR-Aware Filtering: the same decision on every process (R is global)
-            stats = None
-            if args.filter_metric in ("entropy", "entropy_variance", "entropy_std", "length") and len(R):
-                stats = traj_statistic(local, R, owner, model, args, dist)
-            fres = rvfilter.apply_filter(R, fcfg, stats) if len(R) else None
-            m.update(fres.metrics if fres else {"filter/empty": 1.0})
-            if args.dynamic_sampling:    # DAPO: describe the population before resampling (round 0), not the
-                m.update(round0_rv_metrics(first, args, dist))   # resampled batch, which has no zero-RV group
-            # (optional) paper Fig. 3: gradient norms per RV bucket of the unfiltered batch, before the update
-            if args.grad_analysis_every and step % args.grad_analysis_every == 0 and (len(R) or args.dynamic_sampling):
-                t4 = time.perf_counter()
-                m.update(grad_analysis(local, first, R, owner, model, critic, frozen, tok, args, dist))
-                m["time/grad_analysis"] = time.perf_counter() - t4
-            # 4-6. tensors, old log-probs, advantages, updates
-            t2 = time.perf_counter()
-            if fres is not None and not fres.empty:
-                batch = prepare_batch(local, R, owner, fres, model, critic, frozen if args.kl_coef > 0 else None,
-                                      tok, args, dist)
-                model.train()
-                m.update(update(model, critic, opt, copt, batch, args, dist))
-                model.eval()
-            m["time/update"] = time.perf_counter() - t2
-            skipped = m.get("train/skipped_nonfinite", 0.0)
-            if skipped and dist.main:
-                print(f"warning: step {step}: {int(skipped)} of {int(m['train/optimizer_steps'])} optimizer steps "
-                      "skipped (non-finite gradient norm; lower --lr?)", flush=True)
-            reason = stopper.after_step(fres is None or fres.empty, m.get("filter/reward_std_mean", 0.0),   # round 0
-                                        all_skipped=bool(skipped) and skipped == m.get("train/optimizer_steps"))
-            m["train/empty_streak"] = float(stopper.empty_streak)
-            # 7. validation, logging, checkpoint
-            if args.eval_every and args.val_envs and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps):
-                t3 = time.perf_counter()
-                m.update(evaluate(model, tok, args, rcfg, dist))
-                m["time/eval"] = time.perf_counter() - t3
-                reason = reason or stopper.after_eval(m.get("val/success", 1.0))
-            m["time/step"] = (time.perf_counter() - t0 - m.get("time/mi", 0.0) - m.get("time/eval", 0.0)
-                              - m.get("time/grad_analysis", 0.0))
-            if reason:
-                m[f"early_stopped/{reason}"] = 1.0
-            log.log(step, m)
-            if dist.main:
-                log.log_samples(step, sample_records(first, args.log_samples))
-                acc.log(m, step=step) if args.trackers else None
-                show_progress(bar, step, m, args)
-            if dist.any(flag.set):
-                flag.set = True
-            if reason or flag.set:
+            if due(step, args.mi_every, first_step_too=True):
+                with clock("mi"):         # 2. I(X;Z) proxy by in-batch cross-scoring, on the UNFILTERED batch
+                    m.update(mi_metrics(step, first, L.model, L.frozen, args, L.emas, dist))
+            fres = snr_filter(local, first, R, owner, L.model, fcfg, args, dist, m)   # 3. keep the top groups by RV
+            if grad_analysis_due(step, R, args):
+                with clock("grad_analysis"):   # (Fig. 3) gradient norms per RV bucket, before the update
+                    m.update(grad_analysis(local, first, R, owner, L.model, L.critic, L.frozen, tok, args, dist))
+            with clock("update"):         # 4. advantages of the kept groups, update of L = pg - b_H*H + b_KL*KL
+                m.update(learn(local, R, owner, fres, L, tok, args, dist))
+            reason = after_update(step, m, fres, L, dist)
+            if eval_due(step, args):
+                with clock("eval"):       # 5. validation success on fixed seeds
+                    m.update(evaluate(L.model, tok, args, rcfg, dist))
+                reason = reason or L.stopper.after_eval(m.get("val/success", 1.0))
+            log_step(step, m, first, reason, clock, log, acc, bar, args, dist)
+            if flag.requested(dist) or reason:
                 stop_reason, step = reason, step + 1
                 break
-            if args.save_every and (step + 1) % args.save_every == 0:
-                save(run_dir, step + 1, model, critic, opt, copt, emas, stopper, dist)
+            if due(step, args.save_every):
+                save(run_dir, step + 1, L, dist)
                 saved = step + 1
         else:
             step = args.steps
@@ -488,19 +586,8 @@ def main(argv=None) -> Path:
     finally:
         flag.restore()
     if saved != step:                      # the periodic save may already hold this state
-        save(run_dir, step, model, critic, opt, copt, emas, stopper, dist)
-    if dist.main:
-        plots = report.plot_run(run_dir)
-        print(run_summary(run_dir, step, plots), flush=True)
-        if not flag.set:            # completed (all steps or an early stop): drivers skip finished runs
-            (run_dir / "finished.json").write_text(json.dumps({"step": step, "early_stop": stop_reason}))
-        if stop_reason or flag.set:
-            what = (signal.Signals(flag.signum).name if flag.signum else "signal on another process") if flag.set \
-                else stop_reason
-            off = {"empty_filtered_steps": "--early-stop-empty 0", "reward_variance_collapse": "--no-early-stop-rv",
-                   "low_validation_success": "--no-early-stop-val", "nonfinite_updates": "--stop-nonfinite 0"}
-            print(f"stopped at step {step} ({what}); continue with: python train.py --resume {run_dir}"
-                  + ("" if flag.set else f" {off[stop_reason]} (the stop would fire again otherwise)"))
+        save(run_dir, step, L, dist)
+    finish_run(run_dir, step, stop_reason, flag, dist)
     log.close()
     if lock is not None:
         lock.release()

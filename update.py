@@ -105,12 +105,9 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
                 old = logp.detach() if batch["old_logp"] is None else batch["old_logp"][r].to(dev)
                 terms = loss_terms(logp, ent, old, batch, r, mask, args)
                 pg, h = terms["pg"], terms["entropy"]
-                loss = pg
+                loss = algos.objective(pg, h, terms.get("kl"), args.entropy_coef, args.kl_coef)   # pg - b_H*H + b_KL*KL
                 stats[1] += float(h.detach()) * share                 # logged whatever the coefficient
-                if args.entropy_coef > 0:
-                    loss = loss - args.entropy_coef * h
                 if args.kl_coef > 0:
-                    loss = loss + args.kl_coef * terms["kl"]
                     stats[2] += float(terms["kl"].detach()) * share
                 (loss * share).backward()
                 ps = algos.policy_loss_stats(logp.detach(), old, adv, mask,

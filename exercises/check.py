@@ -279,11 +279,11 @@ def reference(n: int):
     import torch
     if n == 1:
         import filter as f
-        return SimpleNamespace(reward_variance=lambda R: f.group_scores(torch.tensor(R, dtype=torch.float64)))
+        return SimpleNamespace(reward_variance=lambda R: f.reward_variance(torch.tensor(R, dtype=torch.float64)))
     if n == 2:
         import filter as f
-        return SimpleNamespace(top_p_keep=lambda rv, rho=0.9, eps=0.0: f.select_groups(
-            torch.tensor(rv, dtype=torch.float64), "top_p", rho, mode="linear", include_zero=False, eps=eps).tolist())
+        return SimpleNamespace(top_p_keep=lambda rv, rho=0.9, eps=0.0: f.top_p_by_rv(
+            torch.tensor(rv, dtype=torch.float64), rho, eps).tolist())
     if n == 3:
         import algos
         return SimpleNamespace(group_advantages=lambda R, normalize_std=True: algos.grpo_advantages(

@@ -194,7 +194,10 @@ def entropy_base(scale: str, extra: list[str]) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=(
+        "Any other flag is passed to every train.py run of the experiment, after the scale's flags, so it wins: "
+        "e.g. `python experiments/paper.py classroom --seeds 0 --steps 4 --val-envs 8` (train.py --help lists them). "
+        "`python experiments/paper.py list` shows every experiment with its arms."))
     ap.add_argument("experiment", choices=["list", *EXPERIMENTS])
     ap.add_argument("--scale", choices=list(SCALES), default=None,
                     help="classroom for the classroom experiment, cpu for the others (default)")

@@ -345,3 +345,11 @@ def test_algo_bundles_and_validation():
         algos.get_algo("ppo", loss_agg_mode="sum")
     with pytest.raises(ValueError, match="kl_kind"):
         algos.get_algo("ppo", kl_kind="k4")
+
+
+def test_objective_is_pg_minus_entropy_plus_kl_and_drops_zero_terms():
+    pg, h, kl = torch.tensor(0.5), torch.tensor(2.0), torch.tensor(0.25)
+    assert float(algos.objective(pg, h, kl, 0.1, 0.4)) == pytest.approx(0.5 - 0.1 * 2.0 + 0.4 * 0.25)
+    assert float(algos.objective(pg, torch.tensor(float("nan")), None, 0.0, 0.0)) == 0.5   # coefficient 0: term gone
+    with pytest.raises(ValueError):
+        algos.objective(pg, h, None, 0.0, 0.1)

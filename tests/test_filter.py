@@ -346,3 +346,19 @@ def test_cli_prints_every_reading(capsys):
 def test_bad_input_raises(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_paper_rule_equals_the_general_selector_and_the_worked_example():
+    """F.top_p_by_rv (the paper's rule, written out) == select_groups(top_p, linear, include_zero=False)."""
+    rv = torch.tensor([0.25, 0.24, 0.1, 0.05, 0, 0, 0, 0], dtype=torch.float64) ** 2
+    assert F.top_p_by_rv(rv, 0.9, 0.01).tolist() == [0, 1]      # tau = 0.1093: 0.0625 < tau <= 0.1201
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        R = (torch.rand(8, 4, generator=gen) < torch.rand(8, 1, generator=gen)).double()   # (P, G) 0/1 rewards
+        rv = F.reward_variance(R)
+        assert torch.allclose(rv, torch.tensor([float(np.var(row, ddof=1)) for row in R.tolist()], dtype=torch.float64))
+        for rho in (0.3, 0.7, 0.9, 1.0):
+            want = F.select_groups(rv, "top_p", rho, mode="linear", include_zero=False, eps=0.01)
+            assert F.top_p_by_rv(rv, rho, 0.01).tolist() == want.tolist()
+    with pytest.raises(ValueError, match="value"):
+        F.top_p_by_rv(rv, 1.5)

@@ -173,3 +173,12 @@ def test_plot_run_writes_png(tmp_path):
     paths = report.plot_run(d)
     assert paths and paths[0].exists() and paths[0].stat().st_size > 1000
     assert json.loads((d / "config.json").read_text())["env"]["torch"] == torch.__version__
+
+
+def test_no_update_steps_are_the_empty_and_all_skipped_ones():
+    rows = [{"step": -1, "val/success": 0.0},
+            {"step": 0, "filter/empty": 1.0},                                               # filter kept nothing
+            {"step": 1, "filter/empty": 0.0, "train/skipped_nonfinite": 1.0, "train/optimizer_steps": 2.0},  # partly
+            {"step": 2, "filter/empty": 0.0, "train/skipped_nonfinite": 2.0, "train/optimizer_steps": 2.0},  # all
+            {"step": 3, "filter/empty": 0.0, "train/skipped_nonfinite": 0.0, "train/optimizer_steps": 1.0}]
+    assert report.no_update_steps(rows) == [0, 2]
