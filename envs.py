@@ -1,4 +1,6 @@
-"""The five text environments of RAGEN-2: Sokoban, FrozenLake (here) and Countdown, MetaMathQA, Bandit (tasks.py).
+"""The text environments of RAGEN-2 and their registry: Sokoban, FrozenLake (here), Countdown, MetaMathQA, Bandit
+(tasks.py), and offline minis of the paper's agentic testbeds: SearchQA (searchqa.py), WebShop (webshop.py),
+DeepCoder (deepcoder.py, programs run in sandbox.py).
 
 What it implements (paper section 4 / App. B, and the official code, mll-lab-nu/RAGEN):
   * sokoban    6x6 room (outer ring wall), 1 box, actions Up/Down/Left/Right with push mechanics; rewards -0.1 per
@@ -39,7 +41,10 @@ Deliberate differences from the official code (each documented where it happens)
     slip > 0. MetaMathQA also accepts numerically equal answers ("5.0" for "5"; `numeric_match=False` is the
     reference's pure string match). Countdown generates instances locally (`ops="+-"` mimics the reference's
     filter to instances solvable with signs only) and reads the public task set from a local `data_path`.
-Left out: WebShop and the other external environments, image observations, dataset downloads.
+The agentic minis keep the official action syntax, observation strings and reward rules but generate their data
+(a per-seed encyclopedia with BM25 search; a 300-product catalogue; 70 bundled coding problems) instead of the
+official services and downloads; their own docstrings and docs/paper-vs-code.md list the differences.
+Left out: the official retrieval server, product dump and coding datasets, image observations, dataset downloads.
 
 Run: `python envs.py sokoban --seed 3 --show` prints the instructions and first observation;
 `python envs.py frozenlake --seed 1 --play -o slip=0.2` plays an episode in the terminal.
@@ -52,11 +57,14 @@ import inspect
 import numpy as np
 
 import sokoban_gen
+from deepcoder import DeepCoder
 from env_base import FORMAT, Env, _int_opt, _prob_opt  # noqa: F401  (re-exported: envs.Env, envs.FORMAT)
+from searchqa import SearchQA
 from sokoban_gen import MOVES, TARGET, WALL, push
 from tasks import Bandit, Countdown, MetaMathQA
+from webshop import WebShop
 
-ENV_NAMES = ("sokoban", "frozenlake", "countdown", "metamathqa", "bandit")
+ENV_NAMES = ("sokoban", "frozenlake", "countdown", "metamathqa", "bandit", "searchqa", "webshop", "deepcoder")
 
 
 def _coord_block(shape, labelled):
@@ -265,7 +273,7 @@ class FrozenLake(Env):
 def env_classes() -> dict:
     """name -> class (the single-turn tasks live in tasks.py)."""
     return {"sokoban": Sokoban, "frozenlake": FrozenLake, "countdown": Countdown, "metamathqa": MetaMathQA,
-            "bandit": Bandit}
+            "bandit": Bandit, "searchqa": SearchQA, "webshop": WebShop, "deepcoder": DeepCoder}
 
 
 def make_env(name: str, **options) -> Env:

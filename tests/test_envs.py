@@ -116,7 +116,8 @@ def test_default_budgets_match_paper():
     budgets = {n: (e.max_turns, e.max_actions_per_turn, e.max_actions, e.max_tokens)
                for n in ENV_NAMES for e in [make_env(n)]}
     assert budgets == {"sokoban": (5, 2, 10, 120), "frozenlake": (5, 2, 10, 120), "countdown": (1, 1, 1, 100),
-                       "metamathqa": (1, 1, 1, 100), "bandit": (1, 1, 1, 100)}
+                       "metamathqa": (1, 1, 1, 100), "bandit": (1, 1, 1, 100),
+                       "searchqa": (5, 1, 10, 300), "webshop": (9, 1, 9, 200), "deepcoder": (1, 1, 1, 300)}
 
 
 # ------------------------------------------------------------------------------------------------ Sokoban
@@ -534,7 +535,7 @@ def test_impossible_options_raise_value_error_naming_them(name, options, match):
 
 def test_unknown_env_and_bad_seed():
     with pytest.raises(ValueError, match="sokoban, frozenlake, countdown, metamathqa, bandit"):
-        make_env("webshop")
+        make_env("minecraft")
     env = make_env("SOKOBAN")
     for seed in (-1, 1.5, "3", None, True):
         with pytest.raises(ValueError, match="seed"):

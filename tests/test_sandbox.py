@@ -1,0 +1,238 @@
+"""sandbox.py: ordinary programs run and report their outputs; hostile ones (fork bomb, infinite loop, huge output,
+writes outside the scratch dir, os.system, reading the project's files, environment secrets, sockets, signals) fail
+their tests or are killed, within a few seconds, and leave no process or file behind."""
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import sandbox
+
+PROJECT = Path(__file__).resolve().parents[1]
+# CPU-bound programs die at 1 CPU second; the generous wall keeps that true on a busy machine (where 1 CPU second
+# can take several wall seconds), so the tests check the limit that fired, not the machine's load
+FAST = sandbox.Limits(wall_s=20.0, cpu_s=1)
+
+
+def run1(code, inp="", **kw):
+    """Run a stdin program on one input: (output, error, Result)."""
+    r = sandbox.run(code, [inp], "stdin", limits=kw.pop("limits", FAST), **kw)
+    return r.outputs[0], r.errors[0], r
+
+
+def processes_in(directory: str) -> list:
+    """Pids whose working directory lies in `directory` (Linux /proc): leftovers of a run."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(directory):
+                pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+# ------------------------------------------------------------------------------------------ ordinary programs
+def test_function_mode_returns_str_of_each_call_and_isolates_failures():
+    code = "def f(a, b):\n    print('debug output is not the result')\n    return a + b\n"
+    r = sandbox.run(code, ["(1, 2)", "('x', 'y')", "([1], [2])", "(1,)"], "function", "f", limits=FAST)
+    assert r.status == "ok"
+    assert r.outputs == ["3", "xy", "[1, 2]", None]                   # the bad call fails alone
+    assert r.errors[:3] == [None] * 3 and r.errors[3].startswith("TypeError")
+    r = sandbox.run("class Solution:\n    def g(self, x):\n        return x * 2\n", ["(21,)"], "function", "g",
+                    limits=FAST)
+    assert r.outputs == ["42"]
+    r = sandbox.run("def other(x):\n    return x\n", ["(1,)"], "function", "g", limits=FAST)
+    assert r.outputs == [None] and "NameError" in r.errors[0]
+    # the code runs afresh for every input, not as __main__
+    r = sandbox.run("n = 0\ndef f():\n    global n\n    n += 1\n    return n\nif __name__ == '__main__':\n"
+                    "    raise SystemExit(3)\n", ["()", "()"], "function", "f", limits=FAST)
+    assert r.outputs == ["1", "1"]
+
+
+def test_stdin_mode_serves_every_way_of_reading_input():
+    ways = {"input": "print(input()[::-1])", "stdin.read": "import sys\nprint(sys.stdin.read().strip()[::-1])",
+            "buffer": "import sys\nprint(sys.stdin.buffer.read().decode().strip()[::-1])",
+            "open(0)": "print(open(0).read().strip()[::-1])",
+            "exit(0)": "import sys\nprint(input()[::-1])\nsys.exit(0)\nprint('never')",
+            "stdout.write": "import sys\nsys.stdout.write(input()[::-1] + '\\n')"}
+    for name, code in ways.items():
+        r = sandbox.run(code, ["abc\n", "xy\n"], "stdin", limits=FAST)
+        assert r.outputs == ["cba\n", "yx\n"], name
+    out, err, _ = run1("import sys\nprint('partial')\nsys.exit(2)")
+    assert out is None and err.startswith("SystemExit")                # a non-zero exit fails the test
+
+
+def test_syntax_error_fails_every_input_and_stdlib_imports_work():
+    r = sandbox.run("def f(:\n", ["(1,)", "(2,)"], "function", "f", limits=FAST)
+    assert r.status == "ok" and r.outputs == [None, None] and all("SyntaxError" in e for e in r.errors)
+    code = ("import math, collections, heapq, itertools, functools, bisect, re, string, fractions, statistics, "
+            "calendar, textwrap, random, json\nprint(math.gcd(12, 18), calendar.isleap(2024))")
+    assert run1(code)[0] == "6 True\n"
+
+
+def test_output_is_truncated_per_input():
+    limits = sandbox.Limits(wall_s=20.0, output_chars=100)
+    out, err, _ = run1("print('x' * 10**6)", limits=limits)
+    assert out == "x" * 100 and err is None
+    r = sandbox.run("def f():\n    return 'y' * 10**6\n", ["()"], "function", "f", limits=limits)
+    assert r.outputs == ["y" * 100]
+
+
+def test_scratch_dir_is_the_cwd_and_is_removed():
+    out, err, r = run1("import os\nopen('note.txt', 'w').write('kept?')\nprint(os.getcwd())\n"
+                       "print(open('note.txt').read())")
+    cwd, text = out.split()
+    assert text == "kept?" and cwd.startswith(r.scratch)
+    assert not os.path.exists(r.scratch)
+
+
+def test_no_environment_secrets_are_inherited(monkeypatch):
+    monkeypatch.setenv("NANORAGEN_TEST_SECRET", "hunter2")
+    out, err, _ = run1("import os\nprint(dict(os.environ))")
+    assert "hunter2" not in out and "NANORAGEN_TEST_SECRET" not in out and "PATH" not in out
+
+
+# ------------------------------------------------------------------------------------------ hostile programs
+def test_fork_bomb_fails_and_leaves_no_process():
+    out, err, _ = run1("import os\nos.fork()")          # one fork first: the bomb below runs only if it is refused
+    assert out is None and "not allowed" in err, err
+    out, err, r = run1("import os\nwhile True:\n    os.fork()")
+    assert out is None and "not allowed" in err and r.status == "ok" and processes_in(r.scratch) == []
+
+
+@pytest.mark.parametrize("code", [                         # bounded, in case a layer ever let them through
+    "import multiprocessing\nfor _ in range(3):\n    multiprocessing.Process(target=print).start()",
+    "import subprocess\nsubprocess.run(['sleep', '60'])",
+    "import os\nos.posix_spawn('/bin/sleep', ['sleep', '60'], {})",
+    "import pty\npty.fork()",
+])
+def test_child_processes_are_refused(code):
+    out, err, r = run1(code)
+    assert out is None and "not allowed" in err, err
+    assert processes_in(r.scratch) == []
+
+
+def test_os_system_and_subprocess_cannot_run_commands(tmp_path):
+    marker = tmp_path / "ran"
+    for code in (f"import os\nos.system('touch {marker}')", f"import os\nos.execv('/bin/touch', ['touch', '{marker}'])",
+                 f"import subprocess\nsubprocess.call(['touch', '{marker}'])"):
+        out, err, _ = run1(code)
+        assert out is None and "not allowed" in err, err
+    assert not marker.exists()
+
+
+def test_infinite_loop_is_killed_by_the_cpu_limit():
+    out, err, r = run1("while True:\n    pass")
+    assert out is None and r.status == "killed" and r.detail in ("SIGXCPU", "SIGKILL")
+
+
+def test_sleeping_program_is_killed_by_the_wall_clock_with_its_group():
+    out, err, r = run1("import time\ntime.sleep(60)", limits=sandbox.Limits(wall_s=1.0, cpu_s=5))
+    assert out is None and r.status == "timeout" and processes_in(r.scratch) == []
+
+
+def test_huge_output_and_memory_are_bounded():
+    out, err, r = run1("while True:\n    print('x' * 1000)")                  # captured, capped, then CPU limit
+    assert out is None and r.status == "killed"
+    out, err, r = run1("import os\nwhile True:\n    os.write(1, b'x' * 65536)")  # straight to the stdout file
+    assert out is None and r.status != "ok"                                     # RLIMIT_FSIZE: the run fails
+    out, err, r = run1("open('big', 'w').write('x' * (8 << 20))")              # > file_mb in the scratch dir
+    assert out is None and "File too large" in err
+    out, err, r = run1("x = bytearray(8 << 30)")                                # > memory_mb
+    assert out is None and "MemoryError" in err
+
+
+def test_writes_outside_the_scratch_dir_fail(tmp_path):
+    targets = [tmp_path / "abs.txt", PROJECT / "sandbox_evil.txt"]
+    codes = [f"open({str(targets[0])!r}, 'w').write('x')", f"open({str(targets[1])!r}, 'a').write('x')",
+             "open('../../escape.txt', 'w').write('x')", f"import os\nos.mkdir({str(tmp_path / 'd')!r})",
+             f"import pathlib\npathlib.Path({str(tmp_path / 'p.txt')!r}).write_text('x')",
+             f"import os\nos.rename('.', {str(tmp_path / 'moved')!r})",
+             f"import os\nos.symlink({str(PROJECT / 'sandbox.py')!r}, 'link')",
+             f"import shutil\nshutil.copy({str(PROJECT / 'sandbox.py')!r}, 'copy.py')"]
+    for code in codes:
+        out, err, r = run1(code)
+        assert out is None and "not allowed" in err, (code, err)
+    assert sorted(os.listdir(tmp_path)) == [] and not targets[1].exists()
+    out, err, _ = run1("for i in range(100):\n    open(f'f{i}', 'w').close()")   # write budget in the scratch dir
+    assert out is None and "f16" in err
+
+
+def test_reading_the_project_files_fails():
+    for code in (f"print(open({str(PROJECT / 'deepcoder_problems.py')!r}).read())",
+                 f"print(open({str(Path(__file__).resolve())!r}).read())",
+                 f"import os\nprint(os.listdir({str(PROJECT)!r}))",
+                 f"import os\nos.chdir({str(PROJECT)!r})\nprint(open('sandbox.py').read())",
+                 "print(open('/etc/passwd').read())"):
+        out, err, _ = run1(code)
+        assert out is None and "not allowed" in err, (code, err)
+
+
+def test_sockets_and_signals_are_refused():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.setblocking(False)
+        port = server.getsockname()[1]
+        out, err, _ = run1(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)")
+        assert out is None and "not allowed" in err
+        with pytest.raises(BlockingIOError):                                    # nobody connected
+            server.accept()
+    out, err, _ = run1("import os\nos.kill(os.getppid(), 0)")                   # signal 0: harmless if it got through
+    assert out is None and "not allowed" in err
+    for code in ("import ctypes", "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (99, 99))",
+                 "import gc\ngc.get_objects()"):
+        out, err, _ = run1(code)
+        assert out is None and "not allowed" in err
+
+
+def kernel_only_settings():
+    """Settings that exercise the kernel layers with the audit hook off: the test user itself, or, as root
+    (which ignores RLIMIT_NPROC), 'nobody' with an interpreter that user can run; None when neither works."""
+    if os.geteuid() != 0:
+        return {}
+    python = shutil.which("python3", path="/usr/bin:/usr/local/bin:/bin")
+    if python is None:
+        return None
+    try:
+        probe = subprocess.run([python, "-c", "pass"], user="nobody", capture_output=True, timeout=30)
+    except (KeyError, OSError, subprocess.SubprocessError):
+        return None
+    return {"user": "nobody", "python": python} if probe.returncode == 0 else None
+
+
+def test_kernel_limits_hold_without_the_audit_hook():
+    settings = kernel_only_settings()
+    if settings is None:
+        pytest.skip("running as root without a 'nobody'-runnable python3")
+    # bounded on purpose: even if RLIMIT_NPROC were not enforced this makes at most 7 short-lived processes
+    out, err, r = run1("import os\nfor _ in range(3):\n    os.fork()", audit=False, **settings)
+    assert out is None and "BlockingIOError" in err and processes_in(r.scratch) == []
+    out, err, _ = run1("import threading\nthreading.Thread(target=print).start()", audit=False, **settings)
+    assert out is None and "thread" in err
+    out, err, r = run1("while True:\n    pass", audit=False, **settings)
+    assert r.status == "killed"
+    if settings:                                                                # as 'nobody': file permissions too
+        out, err, _ = run1(f"open({str(PROJECT / 'sandbox_evil.txt')!r}, 'w')", audit=False, **settings)
+        assert out is None and "Permission denied" in err and not (PROJECT / "sandbox_evil.txt").exists()
+        out, err, _ = run1(f"import os\nos.kill({os.getpid()}, 0)", audit=False, **settings)   # signal 0: harmless
+        assert out is None and "Operation not permitted" in err
+
+
+def test_bad_arguments_raise_value_error():
+    with pytest.raises(ValueError, match="mode"):
+        sandbox.run("", [""], "repl")
+    with pytest.raises(ValueError, match="func_name"):
+        sandbox.run("", ["()"], "function", "not a name")
+    with pytest.raises(ValueError, match="MAX_INPUT_BYTES"):
+        sandbox.run("", ["x" * (sandbox.MAX_INPUT_BYTES + 1)], "stdin")
+    for bad in (dict(wall_s=0), dict(cpu_s=0), dict(memory_mb=1.5), dict(output_chars=True)):
+        with pytest.raises(ValueError):
+            sandbox.Limits(**bad)
+    if os.geteuid() != 0:
+        with pytest.raises(ValueError, match="root"):
+            sandbox.run("", [""], "stdin", user="nobody")
