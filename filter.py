@@ -239,8 +239,12 @@ def apply_filter(rewards, cfg: FilterConfig | None = None, traj_stats=None) -> F
     if cfg.soft_reweight and n_g < 2:
         raise ValueError(f"soft_reweight=True needs G >= 2 rollouts per group; got G={n_g}")
     needs_scores = cfg.strategy != "none" or cfg.quartile is not None or cfg.soft_reweight
-    scores = (group_scores(r, cfg.metric, traj_stat=traj_stats) if needs_scores   # (P,); "none" needs no
-              else torch.zeros(n_p, dtype=torch.float64))                          # score (works for G = 1)
+    # "none" needs no score (and works for G = 1), but logs it where it can be computed, so that a no-filter arm's
+    # score statistics compare with a filter arm's
+    scorable = needs_scores or ((cfg.metric in REWARD_METRICS or traj_stats is not None)
+                                and (n_g >= 2 or cfg.metric not in DISPERSION_METRICS))
+    scores = (group_scores(r, cfg.metric, traj_stat=traj_stats) if scorable   # (P,)
+              else torch.zeros(n_p, dtype=torch.float64))
     if cfg.quartile is not None:
         kept = select_quartile(scores, cfg.quartile, include_zero=cfg.include_zero)
     else:
@@ -276,7 +280,6 @@ def apply_filter(rewards, cfg: FilterConfig | None = None, traj_stats=None) -> F
         "filter/kept_traj_frac": kept_frac_traj,
         "filter/empty": float(len(kept_traj) == 0),
         "filter/zero_rv_count": float((rv.abs() <= ZERO_TOL).sum()),
-        "filter/zero_score_count": float((scores.abs() <= ZERO_TOL).sum()),   # the code's filter_zero_count
         **_summary("filter/rv", rv),
         **_summary("filter/kept_rv", kept_rv),
         "filter/rv_std_over_mean": _spread(rv),
@@ -285,11 +288,13 @@ def apply_filter(rewards, cfg: FilterConfig | None = None, traj_stats=None) -> F
         "filter/reward_std_std_over_mean": _spread(rv.sqrt()),
         "filter/reward_mean": float(r.mean()),
         "filter/kept_reward_mean": float(kept_group_mean.mean()) if len(kept) else 0.0,
-        "filter/score_mean": float(scores.mean()),
-        "filter/kept_score_mean": float(scores[kept].mean()) if len(kept) else 0.0,
         "filter/loss_scale": loss_scale,
         **_summary("filter/soft_weight", adv_weight.double()),
     }
+    if scorable:                                   # the selection score's statistics (absent when not computable)
+        metrics.update({"filter/zero_score_count": float((scores.abs() <= ZERO_TOL).sum()),   # code's filter_zero_count
+                        "filter/score_mean": float(scores.mean()),
+                        "filter/kept_score_mean": float(scores[kept].mean()) if len(kept) else 0.0})
     return FilterResult(kept, group_mask, traj_mask, kept_traj, traj_group, adv_weight, loss_scale, scores, metrics)
 
 

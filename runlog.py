@@ -3,7 +3,8 @@
 A run lives in `runs/<name>/`:
 
     config.json      every resolved flag, plus seed, library versions, git commit, start time
-    metrics.jsonl    one JSON object per step (namespaced keys: train/, rollout/, filter/, mi_first_turn/, val/, time/),
+    metrics.jsonl    one JSON object per step (namespaced keys: rollout/, filter/, mi_first_turn/, mi_trajectory/
+                     (+ _frozen), train/, grad/, val/, time/, early_stopped/; every key in docs/metrics.md),
                      flushed and fsync'ed after every line, so a killed run loses at most the step in flight
     samples.jsonl    a few full trajectories per step (chat text, actions, rewards) for reading what the agent does
     checkpoints/last model, optimizer(s), RNG states, step, EMA and early-stop state: enough to continue *exactly*

@@ -20,7 +20,8 @@ mean +/- std over seeds with peak, final and AUC (report.py), not the peak alone
 Runs that already finished (`finished.json` present) are skipped, so an interrupted driver can simply be started again (unfinished runs
 are continued with --resume).
 
-What it leaves out: the multimodal (VAGEN) rows, WebShop/SearchQA/DeepCoder, and the 14B row of the Std/Mean(RV)
+What it leaves out: the multimodal (VAGEN) rows, the WebShop/SearchQA/DeepCoder rows (the offline minis exist,
+`--env searchqa|webshop|deepcoder` passes through, but no driver arm uses them), and the 14B row of the Std/Mean(RV)
 table; scheduling across machines (runs are sequential; use the printed commands with your own scheduler).
 """
 from __future__ import annotations

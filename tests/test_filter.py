@@ -362,3 +362,11 @@ def test_paper_rule_equals_the_general_selector_and_the_worked_example():
             assert F.top_p_by_rv(rv, rho, 0.01).tolist() == want.tolist()
     with pytest.raises(ValueError, match="value"):
         F.top_p_by_rv(rv, 1.5)
+
+
+def test_no_filter_still_logs_the_real_score_statistics():
+    R = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]], dtype=torch.float64)       # RV 0.5, 0, 0
+    m = F.apply_filter(R, F.FilterConfig(strategy="none")).metrics
+    assert m["filter/zero_score_count"] == 2.0 and m["filter/score_mean"] == pytest.approx(0.5 / 3)
+    single = F.apply_filter(torch.tensor([[1.0], [0.0]]), F.FilterConfig(strategy="none")).metrics   # G = 1
+    assert "filter/zero_score_count" not in single and single["filter/kept_groups"] == 2.0

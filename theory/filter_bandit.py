@@ -1,7 +1,7 @@
 """E8. End-to-end toy of the filter tables: a linear-softmax contextual bandit trained with and without
 SNR-Aware Filtering, with a control arm that tests whether filtering is just diluted regularisation.
 
-What it mirrors (the RAGEN-2 paperand 5 E8): the filter-ablation table (v1 Table 9 / review
+What it mirrors (RAGEN-2; check E8 of theory/RESULTS.md): the filter-ablation table (v1 Table 9 / review
 Table 5: no filter vs top-p 0.9), the RV-quartile ablation (v1 Table 6 / review Table 8: Q1-only vs Q4-only), the
 entropy / KL sweeps (App. L-M), and the paper's causal story: zero-RV groups contribute only regulariser gradient,
 which erodes I(X;Z); filtering them out keeps the policy input-dependent and improves success.

@@ -8,7 +8,7 @@ distribution, the RAGEN-2 paper). Two parametrisations are used:
 * linear softmax:  pi(.|x) = softmax(W phi(x)), W (K, D), phi (P, D); the score is (e_z - pi(.|x)) phi(x)^T (wrt W).
   Every gradient below is first written in logit space (P, K); `to_linear` applies the chain rule to W.
 
-What is exact here (float64, no sampling), with the paper's labels (v1 / review numbering, paper.md section 0):
+What is exact here (float64, no sampling), with the paper's labels (v1 numbering, later revision's in brackets where it differs; docs/paper-map.md):
 * H(Z|X), H(Z), I(X;Z) (eq. 2; I computed as E_x KL(pi_x || p), independently of the identity it is checked against);
   template mixing (Lemma I.1); the KL-closeness bound f(eps) (Thm L.1 / App. M);
 * task gradient g_task(x) = E[A s] = pi * (R - pi.R) (Thm H.2 / I.2), E||s||^2 = 1 - ||pi||^2, RV(x);
