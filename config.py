@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import importlib.util
 import json
 import math
 import sys
@@ -60,6 +61,11 @@ class Args:
     # --- model -----------------------------------------------------------------------------------------------
     model: str = flag("smollm2-135m", "smollm2-135m (embedded GGUF), tiny (random, tests), a HF id or a local path", "model")
     bf16: bool = flag(True, "bf16 autocast where the hardware supports it (weights stay fp32)", "model")
+    lora_rank: int = flag(0, "LoRA rank r through peft: only the adapters train, the KL reference / frozen MI scorer is the "
+                          "base model with adapters disabled; 0 = full fine-tuning", "model")
+    lora_alpha: float = flag(32.0, "LoRA scale numerator alpha (update = alpha/r * B A)", "model")
+    lora_targets: str = flag("all-linear", "modules that get adapters: all-linear (peft: every decoder linear layer) or "
+                             "comma-separated names, e.g. q_proj,v_proj", "model")
     # --- environment and rollout -------------------------------------------------------------------------------
     env: str = flag("frozenlake", "environment", "rollout", list(envs.ENV_NAMES))
     env_options: str = flag("{}", "JSON dict of environment options, e.g. '{\"slip\": 0.02}'", "rollout")
@@ -68,6 +74,8 @@ class Args:
     max_turns: int = flag(0, "LLM turns per episode; 0 = the environment's default", "rollout")
     max_new_tokens: int = flag(120, "token cap per turn (paper: 400)", "rollout")
     max_context: int = flag(3600, "context cap in tokens; an episode whose next turn would exceed it ends (truncated)", "rollout")
+    rollout_backend: str = flag("hf", "generation engine: hf (HF generate, the default and teaching path) | vllm (GPU only, "
+                                "optional dependency; rollout_vllm.py, for paper-scale runs)", "rollout", ["hf", "vllm"])
     temperature: float = flag(1.0, "sampling temperature for training rollouts", "rollout")
     top_p_sampling: float = flag(1.0, "nucleus sampling for rollouts (1.0 = off, as the paper)", "rollout")
     think: bool = flag(True, "ask for <think>...</think><answer>...</answer> (--no-think: answer only, no MI proxy)", "rollout")
@@ -246,6 +254,11 @@ def algo_defaults(name: str) -> dict:
                 dynamic_sampling=a.dynamic_sampling, gamma=a.gamma, lam=a.lam, kl_coef=a.kl_coef, kl_kind=a.kl_kind)
 
 
+def _cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
 def validate(a: Args) -> None:
     """Every check that can fail before a model is loaded; each error names its flag."""
     def bad(flag_name, msg):
@@ -263,6 +276,22 @@ def validate(a: Args) -> None:
         policy.check_model_name(a.model)
     except ValueError as e:
         bad("model", str(e))
+    if a.lora_rank < 0:
+        bad("lora_rank", f"must be >= 0 (0 = full fine-tuning), got {a.lora_rank}")
+    if a.lora_rank and not a.lora_alpha > 0:
+        bad("lora_alpha", f"must be > 0, got {a.lora_alpha}")
+    if a.lora_rank and not (a.lora_targets == "all-linear" or all(t.strip() for t in a.lora_targets.split(","))):
+        bad("lora_targets", f"must be all-linear or comma-separated module names, got {a.lora_targets!r}")
+    if a.lora_rank and importlib.util.find_spec("peft") is None:
+        bad("lora_rank", "needs peft, which is not installed: pip install peft==0.21.2 (pinned in requirements.txt)")
+    if a.rollout_backend not in ("hf", "vllm"):
+        bad("rollout_backend", f"must be hf or vllm, got {a.rollout_backend!r}")
+    if a.rollout_backend == "vllm":
+        why = ("vllm is not installed (optional: pip install vllm, on a CUDA machine)"
+               if importlib.util.find_spec("vllm") is None else
+               "vllm needs a CUDA GPU (none is visible, or --cpu)" if a.cpu or not _cuda_available() else "")
+        if why:
+            bad("rollout_backend", f"{why}; the default --rollout-backend hf works everywhere")
     if a.steps < 1:
         bad("steps", f"must be >= 1, got {a.steps}")
     if a.groups < 1:

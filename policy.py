@@ -24,6 +24,11 @@ What it implements
   and the rows continue from a repeated KV cache. Exact (same math, float rounding only), gradients included.
 - `Critic` / `make_critic(model)`: the PPO value model (the official code uses GAE with a separate critic),
   a deep copy of the policy backbone plus a zero-initialised linear value head.
+- LoRA through `peft` (`add_lora`, train.py `--lora-rank`): only the adapters train; `reference(model)` is the KL
+  reference / frozen MI scorer: a deep copy for full fine-tuning, and for LoRA the *same* model seen through
+  `disable_adapter()` (`AdapterOff`, no second copy). Under LoRA the critic gets its own adapter + value head on
+  the frozen base weights, which it shares with the policy (the deep copy skips the frozen tensors), and
+  checkpoints hold only the trainable tensors (`trainable_state`).
 - Sampling for the rollout (`generate`, KV reuse across turns) lives in sampling.py.
 
 Alignment convention (shared by `token_logprobs` and `Critic.values`): position t of a (B, T) output belongs to
@@ -35,7 +40,7 @@ Position ids are computed from the attention mask (`cumsum - 1`), exactly like `
 batches, so right-padded training rows, left-padded generation rows and unpadded rows all see the same
 positions.
 
-Deliberately left out: LoRA / quantised training (the model trains in fp32 master weights), vLLM / paged
+Deliberately left out: quantised training (QLoRA; weights stay fp32 master weights), vLLM (sampling only, rollout_vllm.py) / paged
 attention, dropping finished rows from a running batch, torch.compile, tensor parallelism. Other models than Llama-shaped ones work if their `get_decoder()` / `get_output_embeddings()`
 follow the usual transformers layout.
 
@@ -345,10 +350,147 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 
 # ----------------------------------------------------------------------------------------------------------
+# LoRA (peft) and the frozen reference
+# ----------------------------------------------------------------------------------------------------------
+LORA_TARGETS = "all-linear"  # peft's name for every linear layer of the decoder (the LM head excluded)
+
+
+def add_lora(model, rank: int, alpha: float, targets: str = LORA_TARGETS):
+    """Wrap `model` in a peft LoRA adapter (W x + alpha/rank * B A x, A random, B zero: the wrapped model starts
+    equal to `model`); every base weight is frozen (requires_grad False), only the adapters train.
+
+    targets: "all-linear" or comma-separated module names (e.g. "q_proj,v_proj"). Returns the `PeftModel`,
+    which keeps `get_decoder()`, `get_output_embeddings()`, `config` and `generate`, so the rest of the code sees
+    an ordinary causal LM. No dropout (so the old-log-prob pass and the update see the same function).
+    Errors: ValueError naming --lora-rank / --lora-targets."""
+    import peft
+
+    if not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"--lora-rank must be a positive int, got {rank!r}")
+    names = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
+    if not names:
+        raise ValueError(f"--lora-targets must be 'all-linear' or comma-separated module names, got {targets!r}")
+    cfg = peft.LoraConfig(r=rank, lora_alpha=alpha, target_modules=names, lora_dropout=0.0, bias="none",
+                          task_type="CAUSAL_LM")
+    try:
+        return peft.get_peft_model(model, cfg)
+    except ValueError as err:                    # peft: "Target modules {...} not found in the base model"
+        raise ValueError(f"--lora-targets {targets!r}: {str(err).splitlines()[0]}") from err
+
+
+def is_lora(model) -> bool:
+    """Whether `model` is a peft-wrapped policy (checked without importing peft when it is absent)."""
+    return type(model).__module__.startswith("peft.")
+
+
+class _AdapterOffCall:
+    """A module of a peft model, called with that model's adapters disabled (attributes pass through)."""
+
+    def __init__(self, peft_model, module):
+        self._peft, self._module = peft_model, module
+
+    def __call__(self, *args, **kwargs):
+        with self._peft.disable_adapter():
+            return self._module(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+
+class AdapterOff:
+    """The base model under a LoRA policy, as a read-only scorer: the same modules and weights, every call made
+    inside `peft_model.disable_adapter()`. Exposes what the scorers use (`get_decoder`, `get_output_embeddings`,
+    `config`, `parameters`, calling it); no memory of its own. Use it under torch.no_grad (peft's
+    disable_adapter also switches the adapters' requires_grad off for the duration)."""
+
+    def __init__(self, peft_model):
+        self.peft = peft_model
+
+    @property
+    def config(self):
+        return self.peft.config
+
+    def parameters(self):
+        return self.peft.parameters()
+
+    def get_decoder(self):
+        return _AdapterOffCall(self.peft, self.peft.get_decoder())
+
+    def get_output_embeddings(self):
+        return _AdapterOffCall(self.peft, self.peft.get_output_embeddings())
+
+    def eval(self):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        with self.peft.disable_adapter():
+            return self.peft(*args, **kwargs)
+
+
+def reference(model):
+    """The frozen initial policy (KL reference, frozen MI scorer), taken BEFORE any update or checkpoint load:
+    full fine-tuning -> a deep copy in eval mode without gradients; LoRA -> `AdapterOff(model)` (the base weights
+    never change, so the base model IS the initial policy, at no memory cost)."""
+    if is_lora(model):
+        return AdapterOff(model)
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+def trainable_state(module: nn.Module) -> dict:
+    """The tensors a checkpoint must hold: every parameter that trains (LoRA: adapters, + the critic's value
+    head), detached. With full fine-tuning that is the whole state dict's parameters."""
+    return {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
+
+
+def load_trainable_state(module: nn.Module, state: dict) -> None:
+    """Inverse of `trainable_state`: copy the saved tensors in; every trainable parameter must be present."""
+    params = dict(module.named_parameters())
+    missing = [n for n, p in params.items() if p.requires_grad and n not in state]
+    unknown = [n for n in state if n not in params]
+    if missing or unknown:
+        raise ValueError(f"checkpoint does not match the module: missing {missing[:3]}, unexpected {unknown[:3]} "
+                         "(was it written with other --lora-* flags?)")
+    with torch.no_grad():
+        for n, v in state.items():
+            params[n].copy_(v)
+
+
+def checkpoint_state(module: nn.Module, lora: bool) -> dict:
+    """What a checkpoint holds of the policy or the critic: the full state dict, or under LoRA only what trains
+    (the policy's adapters through peft; the critic's adapter + value head): the frozen base is re-loaded from
+    --model."""
+    if not lora:
+        return module.state_dict()
+    if is_lora(module):
+        import peft
+        return peft.get_peft_model_state_dict(module)
+    return trainable_state(module)
+
+
+def load_checkpoint_state(module: nn.Module, state: dict, lora: bool) -> None:
+    """Inverse of `checkpoint_state` (ValueError when the tensors do not match, e.g. other --lora-targets)."""
+    if not lora:
+        module.load_state_dict(state)
+    elif is_lora(module):
+        import peft
+        res = peft.set_peft_model_state_dict(module, state)
+        if res.unexpected_keys:
+            raise ValueError(f"LoRA checkpoint has unexpected keys {res.unexpected_keys[:3]} (other --lora-targets?)")
+    else:
+        load_trainable_state(module, state)
+
+
+def trainable_parameters(module: nn.Module) -> list:
+    """What an optimizer gets: the parameters with requires_grad (all of them under full fine-tuning)."""
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Critic (PPO value model)
 # ----------------------------------------------------------------------------------------------------------
 class Critic(nn.Module):
-    """Value model V(prefix): a deep copy of the policy backbone + Linear(hidden, 1).
+    """Value model V(prefix): a deep copy of the policy backbone + Linear(hidden, 1). Under LoRA: the policy's
+    frozen base weights (shared, not copied) + the critic's own LoRA adapter + Linear(hidden, 1).
 
     The value head is zero-initialised (weight and bias), so every value starts at exactly 0 (a neutral
     baseline: the first GAE advantages equal the plain returns) and the head, not random noise, decides the
@@ -357,7 +499,11 @@ class Critic(nn.Module):
 
     def __init__(self, model):
         super().__init__()
-        self.backbone = copy.deepcopy(model.get_decoder())
+        # LoRA: the deep copy maps every frozen base tensor to itself (memo), so the critic shares the base weights
+        # with the policy and copies only the adapters: its own LoRA adapter (starting where the policy's is) + head.
+        decoder = model.get_decoder()
+        shared = {id(p): p for p in decoder.parameters() if not p.requires_grad} if is_lora(model) else {}
+        self.backbone = copy.deepcopy(decoder, memo=shared)
         hidden = model.config.get_text_config().hidden_size
         param = next(model.parameters())
         self.v_head = nn.Linear(hidden, 1, device=param.device, dtype=param.dtype)

@@ -23,13 +23,16 @@ one all-reduce per optimizer step (update.py). We do this by hand instead of wra
 filter leaves processes with different numbers of kept trajectories (possibly none), which DDP's lock-step
 backward cannot express; the result equals the single-process update on the same global batch (tests/test_train.py).
 
-What it leaves out: vLLM (generation is HF `generate`), turn-level context modes, critic warm-up, the reference's
+Bigger models: `--lora-rank r` trains peft LoRA adapters only (policy.add_lora; the KL reference and frozen MI scorer
+are the base model with adapters disabled); `--rollout-backend vllm` samples with vLLM on a GPU (rollout_vllm.py;
+HF `generate` stays the default and the teaching path).
+
+What it leaves out: turn-level context modes, critic warm-up, the reference's
 batch padding by duplicated rows (we split the kept batch into mini-batches of at most --mini-batch instead).
 """
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import json
 import signal
@@ -142,7 +145,7 @@ def gather_returns(trajs, G: int, dist: Dist) -> torch.Tensor:
                         dtype=torch.float64)
 
 
-def collect(step, model, tok, args, rcfg, dist: Dist):
+def collect(step, model, tok, args, rcfg, dist: Dist, gen=None):
     """Roll out this step's groups. Returns (local batch trajectories, local first-round trajectories, rewards
     (P', G), owner (P',), rollout metrics of the first round).
 
@@ -150,15 +153,18 @@ def collect(step, model, tok, args, rcfg, dist: Dist):
     dynamic sampling, rounds continue (fresh seeds) until P groups with non-zero RV are collected or
     --ds-max-rounds extra rounds are spent; only those groups enter the batch. The first round is the
     unfiltered batch the MI proxy and the rollout/ metrics see (DAPO's resampling is a filter too).
+    gen: a generate function other than HF generate (--rollout-backend vllm: rollout_vllm.VLLMGenerator).
     """
     P, G, W = args.groups, args.group_size, dist.world
     Pl = P // W
+    if gen is not None:
+        gen.sync(model)                                                # vLLM samples from the current policy
     local, rows, owner = [], [], []
     n_rounds = 1 + (args.ds_max_rounds if args.dynamic_sampling else 0)
     for rnd in range(n_rounds):
         base = args.train_seed + step * P if rnd == 0 else args.train_seed + 10**7 + ((step * args.ds_max_rounds) + rnd - 1) * P
         seeds = [base + i for i in range(dist.rank * Pl, (dist.rank + 1) * Pl)]
-        trajs = rollout.rollout(model, tok, rcfg, seeds, G)
+        trajs = rollout.rollout(model, tok, rcfg, seeds, G, **({"generate_fn": gen} if gen else {}))
         for i, t in enumerate(trajs):                                  # global group id, unique across rounds
             t.group = rnd * P + dist.rank * Pl + i // G
         if rnd == 0:
@@ -235,11 +241,14 @@ def grad_analysis(local, first, R, owner, model, critic, frozen, tok, args, dist
 
 # ------------------------------------------------------------------------------------------------- validation
 @torch.no_grad()
-def evaluate(model, tok, args, rcfg, dist: Dist) -> dict:
+def evaluate(model, tok, args, rcfg, dist: Dist, gen=None) -> dict:
     """Success on fixed seeds val_seed + i (group size 1, temperature --val-temperature), sharded over processes."""
     seeds = [args.val_seed + i for i in range(args.val_envs)][dist.rank::dist.world]
+    if gen is not None:
+        gen.sync(model)
     vcfg = dataclasses.replace(rcfg, temperature=rcfg.val_temperature, top_p=rcfg.val_top_p)
-    trajs = dist.gather(rollout.rollout(model, tok, vcfg, seeds, 1) if seeds else [])
+    trajs = dist.gather(rollout.rollout(model, tok, vcfg, seeds, 1, **({"generate_fn": gen} if gen else {}))
+                        if seeds else [])
     return {f"val/{k}": v for k, v in rollout.rollout_metrics(trajs).items()} if trajs else {}
 
 
@@ -309,7 +318,7 @@ def run_summary(run_dir: Path, step: int, plots: list) -> str:
 @dataclass
 class Learner:
     """Everything the update changes or reads across steps, i.e. what a checkpoint holds (+ the frozen initial
-    policy: the KL reference and the frozen MI scorer)."""
+    policy: the KL reference and the frozen MI scorer; under LoRA a policy.AdapterOff view of `model`)."""
     model: torch.nn.Module
     opt: torch.optim.Optimizer
     critic: torch.nn.Module | None = None
@@ -320,22 +329,30 @@ class Learner:
 
 
 def build_learner(model, args) -> Learner:
-    """Policy optimiser, critic (GAE) + its optimiser, frozen copy of the initial policy (KL / frozen MI scorer)."""
+    """Policy optimiser, critic (GAE) + its optimiser, frozen initial policy (KL / frozen MI scorer). With
+    --lora-rank the model is wrapped in a peft LoRA adapter first (L.model is then the PeftModel): only adapters
+    train, `frozen` is the same model with adapters disabled (policy.reference), the critic gets its own adapter
+    + value head on the shared frozen base (policy.Critic)."""
+    if args.lora_rank:
+        model = policy.add_lora(model, args.lora_rank, args.lora_alpha, args.lora_targets)
     frozen = None
     if args.kl_coef > 0 or (args.mi_every and args.mi_scorer != "policy"):
-        frozen = copy.deepcopy(model).eval().requires_grad_(False)
+        frozen = policy.reference(model)
     critic = policy.make_critic(model) if args.adv == "gae" else None
     adamw = dict(lr=args.lr, betas=(0.9, 0.999), weight_decay=args.weight_decay)
-    return Learner(model=model, opt=torch.optim.AdamW(model.parameters(), **adamw), critic=critic,
-                   copt=torch.optim.AdamW(critic.parameters(), **{**adamw, "lr": args.critic_lr}) if critic else None,
+    train_p = policy.trainable_parameters
+    return Learner(model=model, opt=torch.optim.AdamW(train_p(model), **adamw), critic=critic,
+                   copt=torch.optim.AdamW(train_p(critic), **{**adamw, "lr": args.critic_lr}) if critic else None,
                    frozen=frozen,
                    stopper=EarlyStop(args.early_stop_empty, args.early_stop_rv, args.early_stop_val, args.stop_nonfinite))
 
 
 def save(run_dir, step, L: Learner, dist: Dist) -> None:
-    """Checkpoint = the state at the START of `step` (everything else is re-derived from (seed, step))."""
-    state = {"step": step, "model": L.model.state_dict(), "opt": L.opt.state_dict(),
-             "critic": L.critic.state_dict() if L.critic is not None else None,
+    """Checkpoint = the state at the START of `step` (everything else is re-derived from (seed, step)). Under
+    LoRA the model and critic entries hold only what trains (policy.checkpoint_state)."""
+    lora = policy.is_lora(L.model)
+    state = {"step": step, "model": policy.checkpoint_state(L.model, lora), "opt": L.opt.state_dict(), "lora": lora,
+             "critic": policy.checkpoint_state(L.critic, lora) if L.critic is not None else None,
              "copt": L.copt.state_dict() if L.copt is not None else None,
              "emas": {k: e.state_dict() for k, e in L.emas.items()}, "early_stop": dataclasses.asdict(L.stopper),
              "rng": runlog.rng_state()}
@@ -344,10 +361,14 @@ def save(run_dir, step, L: Learner, dist: Dist) -> None:
 
 def restore(L: Learner, ckpt) -> int:
     """Load a checkpoint written by `save` into L and the RNGs; returns the step to start from."""
-    L.model.load_state_dict(ckpt["model"])
+    lora = policy.is_lora(L.model)
+    if lora != ckpt.get("lora", False):
+        raise config.UsageError(f"the checkpoint was written {'with' if ckpt.get('lora') else 'without'} --lora-rank, "
+                                f"this run is {'with' if lora else 'without'} it")
+    policy.load_checkpoint_state(L.model, ckpt["model"], lora)
     L.opt.load_state_dict(ckpt["opt"])
     if L.critic is not None:
-        L.critic.load_state_dict(ckpt["critic"])
+        policy.load_checkpoint_state(L.critic, ckpt["critic"], lora)
         L.copt.load_state_dict(ckpt["copt"])
     for k, st in ckpt["emas"].items():
         L.emas[k] = mi_proxy.ZScoreEMA()
@@ -455,6 +476,15 @@ def finish_run(run_dir, step, stop_reason, flag, dist: Dist) -> None:
               + ("" if flag.set else f" {STOP_OFF[stop_reason]} (the stop would fire again otherwise)"))
 
 
+def rollout_backend(model, tok, args):
+    """None = HF `generate` (the default, the teaching path); --rollout-backend vllm: vLLM's offline engine (GPU only,
+    checked by config.validate), its weights synced from the policy before every rollout (collect, evaluate)."""
+    if args.rollout_backend != "vllm":
+        return None
+    import rollout_vllm
+    return rollout_vllm.VLLMGenerator(model, tok, args.model, seed=args.seed)
+
+
 def rollout_config(args) -> rollout.RolloutConfig:
     return rollout.RolloutConfig(env=args.env, env_options=json.loads(args.env_options),
                                  max_turns=args.max_turns or None, max_new_tokens=args.max_new_tokens,
@@ -540,19 +570,20 @@ def main(argv=None) -> Path:
     start = restore(L, ckpt) if ckpt is not None else 0
     log = open_log(run_dir, args, acc, dist, start if ckpt is not None else None)
     rcfg, fcfg = rollout_config(args), config.filter_config(args)
+    gen = rollout_backend(L.model, tok, args)
     from tqdm import tqdm
     bar = tqdm(range(start, args.steps), initial=start, total=args.steps, disable=not (dist.main and args.progress),
                desc=args.name, dynamic_ncols=True)
     flag, stop_reason, step, saved = StopFlag(), "", start, -1
     try:
         if start == 0 and args.eval_every and args.val_envs:
-            log.log(-1, evaluate(L.model, tok, args, rcfg, dist))               # before training, as the reference
+            log.log(-1, evaluate(L.model, tok, args, rcfg, dist, gen))          # before training, as the reference
         for step in bar:
             m = {}
             clock = Clock(m)
             torch.manual_seed(step_seed(args.seed, step, dist.rank))
             with clock("rollout"):        # 1. P groups x G envs, one env seed per group (+ DAPO dynamic sampling)
-                local, first, R, owner, rm = collect(step, L.model, tok, args, rcfg, dist)
+                local, first, R, owner, rm = collect(step, L.model, tok, args, rcfg, dist, gen)
             m.update(rm)
             if flag.requested(dist):      # Ctrl-C / SIGTERM during the rollout: this step is redone on resume
                 break
@@ -568,7 +599,7 @@ def main(argv=None) -> Path:
             reason = after_update(step, m, fres, L, dist)
             if eval_due(step, args):
                 with clock("eval"):       # 5. validation success on fixed seeds
-                    m.update(evaluate(L.model, tok, args, rcfg, dist))
+                    m.update(evaluate(L.model, tok, args, rcfg, dist, gen))
                 reason = reason or L.stopper.after_eval(m.get("val/success", 1.0))
             log_step(step, m, first, reason, clock, log, acc, bar, args, dist)
             if flag.requested(dist) or reason:

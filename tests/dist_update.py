@@ -3,8 +3,10 @@ processes) on a fixed scripted global batch, run under `torchrun --nproc_per_nod
 MODE`; rank 0 saves the updated parameters to OUT. With 2 processes each process owns one group; the result must
 equal the single-process update. MODE "all": 2 groups, no filter. MODE "filtered": 4 groups and the paper's
 top-p filter, which drops both groups of process 1 in the first update (it then holds no kept trajectory).
-Before the updates, the snr.py gradient analysis runs on the same batch; its norms must match too."""
+Before the updates, the snr.py gradient analysis runs on the same batch; its norms must match too.
+NANORAGEN_TEST_CUDA=1: one GPU per process (NCCL) instead of CPU processes (gloo); bench/gpu_first_run.sh uses it."""
 import copy
+import os
 import sys
 
 import torch
@@ -17,9 +19,9 @@ import train
 import update as upd
 from test_train import scripted_batch
 
-acc = Accelerator(cpu=True)
+acc = Accelerator(cpu=os.environ.get("NANORAGEN_TEST_CUDA") != "1")
 dist = train.Dist(acc)
-model, tok = policy.load("tiny", seed=0)
+model, tok = policy.load("tiny", seed=0, device=acc.device)
 init = {k: v.clone() for k, v in model.state_dict().items()}
 ref = copy.deepcopy(model).requires_grad_(False)
 mode = sys.argv[2]
@@ -47,5 +49,6 @@ for _ in range(2):
     batch = upd.prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist)
     upd.update(model, critic, opt, copt, batch, args, dist)
 if dist.main:
-    torch.save({"params": model.state_dict(), "init": init, "grad": grad}, sys.argv[1])
+    torch.save({"params": {k: v.cpu() for k, v in model.state_dict().items()},
+                "init": {k: v.cpu() for k, v in init.items()}, "grad": grad}, sys.argv[1])
 acc.wait_for_everyone()
