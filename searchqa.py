@@ -11,7 +11,7 @@ retriever). The agent gets a two-hop question, may search several times, and ans
     hop 1 finds the bridge (the founder's name) in the passage of the named work, hop 2 finds the answer in
     the bridge's own passage, which never mentions the work. Instances are re-drawn (derived seeds) until
     searching the question text itself does not return the hop-2 passage, so the answer needs two searches.
-  * retrieval: Okapi BM25 over the instance's passages (numpy, below), top-k documents formatted as the
+  * retrieval: Okapi BM25 over the instance's passages (bm25.py), top-k documents formatted as the
     official client: `[Document i] (ID: doc_i, Score: s.sss)` + content, each content cut at 800 characters
     and the whole block at 4000 (+ "...").
   * actions and observations: the official strings. `search[q]` shows the results; `finish[a]` grades `a` and
@@ -26,7 +26,7 @@ retriever). The agent gets a two-hop question, may search several times, and ans
 Why per-instance worlds: every seed draws its own facts from the same name pools (who founded what, who was
 born where), so facts memorised on training seeds (10000+) say nothing about validation seeds (123+), no
 train/validation split is needed, and a question is answerable only by reading this instance's passages (the
-same question text may recur under another seed with another answer). Why numpy BM25: ~25 lines that a test
+same question text may recur under another seed with another answer). Why numpy BM25 (bm25.py): ~40 lines that a test
 checks by hand; `rank-bm25` (last release 2022) floors negative idf with an epsilon rule and `bm25s` needs
 scipy, which nanoRAGEN avoids.
 
@@ -44,6 +44,7 @@ from collections import Counter
 
 import numpy as np
 
+from bm25 import BM25, tokenize  # noqa: F401  (re-exported: searchqa.BM25)
 from env_base import Env, _int_opt, _prob_opt
 
 # ---------------------------------------------------------------------------------------------- answer scoring
@@ -91,53 +92,6 @@ def extract_answer(text: str) -> str:
             return re.sub(r"^\W+|\W+$", "", m.group(1).strip())
     sentences = [s.strip() for s in re.split(r"[.!?]+", text) if len(s.strip()) > 5]
     return sentences[0] if sentences else text[:100].strip()
-
-
-# --------------------------------------------------------------------------------------------------- BM25
-# Lucene's default English stop words (its analyzer also stems; we do not)
-STOP_WORDS = frozenset("a an and are as at be but by for if in into is it no not of on or such that the their "
-                       "then there these they this to was will with".split())
-K1, B = 0.9, 0.4          # pyserini's BM25 defaults (the official WebShop search uses them)
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased alphanumeric runs without stop words."""
-    return [t for t in re.findall(r"[a-z0-9]+", text.lower()) if t not in STOP_WORDS]
-
-
-class BM25:
-    """Okapi BM25 over a list of documents, with Lucene's never-negative idf:
-        idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
-        score(q, d) = sum over query tokens t of  idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * L(d)),
-        L(d) = 1 - b + b * |d| / avgdl      (|d| = document length in tokens)
-    A repeated query token counts again; unknown tokens add 0. Our own code: short, and checked by hand."""
-
-    def __init__(self, docs: list[str], k1: float = K1, b: float = B):
-        toks = [tokenize(d) for d in docs]
-        self.vocab = {t: i for i, t in enumerate(dict.fromkeys(t for doc in toks for t in doc))}
-        self.tf = np.zeros((len(docs), len(self.vocab)))                # (N, V) term counts
-        for i, doc in enumerate(toks):
-            for t, c in Counter(doc).items():
-                self.tf[i, self.vocab[t]] = c
-        dl = self.tf.sum(1)                                              # (N,) document lengths in tokens
-        df = (self.tf > 0).sum(0)                                        # (V,) document frequencies
-        self.idf = np.log(1 + (len(docs) - df + 0.5) / (df + 0.5))       # (V,)
-        self.norm = k1 * (1 - b + b * dl / max(dl.mean(), 1e-9))         # (N,) length normalisation
-        self.k1 = k1
-
-    def scores(self, query: str) -> np.ndarray:
-        """(N,) BM25 score of every document for the query."""
-        out = np.zeros(self.tf.shape[0])
-        for t in tokenize(query):
-            if t in self.vocab:
-                tf = self.tf[:, self.vocab[t]]
-                out += self.idf[self.vocab[t]] * tf * (self.k1 + 1) / (tf + self.norm)
-        return out
-
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        """Top-k (doc index, score) with score > 0, best first; ties go to the lower index."""
-        s = self.scores(query)
-        return [(int(i), float(s[i])) for i in np.argsort(-s, kind="stable")[:k] if s[i] > 0]
 
 
 def format_results(hits, contents, max_doc_chars=800, max_total_chars=4000) -> str:

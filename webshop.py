@@ -61,6 +61,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from bm25 import BM25, STOP_WORDS
 from env_base import Env, _int_opt
 
 # ------------------------------------------------------------------------------------- official constants
@@ -97,10 +98,6 @@ COLOR_SET = (   # webshop_minimal/normalize.py: an option is reduced to the firs
     "mint mocha multicolor mushroom mustard natural navy nude olive orange peach pewter pink plum purple rainbow red "
     "rose royal rust sand sapphire seashell silver skull slate steel stone stonewash sunflower tan taupe teal tiger "
     "turquoise violet walnut wheat white wine yellow").split()
-STOP_WORDS = set(     # Lucene's English stop set (pyserini's default analyzer)
-    "a an and are as at be but by for if in into is it no not of on or such that the their then there these they "
-    "this to was will with".split())
-
 # -------------------------------------------------------------------------------------------- catalogue data
 COLORS = ["black", "white", "navy blue", "heather grey", "red", "olive green", "pink", "beige", "white | black",
           "light blue", "brown", "purple"]
@@ -277,7 +274,7 @@ class Shop:
         n_test, n_val = int(n * SPLITS["test"]), int(n * SPLITS["val"])
         self.splits = {"test": range(0, n_test), "val": range(n_test, n_test + n_val),
                        "train": range(n_test + n_val, n)}
-        self.index = BM25([product_document(p) for p in self.products])
+        self.index = BM25([product_document(p) for p in self.products], analyzer=terms)
 
     def __deepcopy__(self, memo):
         return self                                   # shared, read-only: cloning an env keeps the same shop
@@ -316,31 +313,6 @@ def stem(word: str) -> str:
 def terms(text: str) -> list:
     """Lower-cased alphanumeric tokens, English stop words dropped, plural-stemmed (query and documents)."""
     return [stem(w) for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP_WORDS]
-
-
-class BM25:
-    """Okapi BM25 with pyserini's defaults (k1 0.9, b 0.4); numpy stands in for Lucene."""
-
-    def __init__(self, docs, k1=0.9, b=0.4):
-        tokens = [terms(d) for d in docs]
-        self.vocab = {t: i for i, t in enumerate(sorted({t for doc in tokens for t in doc}))}
-        tf = np.zeros((len(self.vocab), len(docs)))                       # (V, N) term counts
-        for j, doc in enumerate(tokens):
-            for t in doc:
-                tf[self.vocab[t], j] += 1
-        dl = tf.sum(0)                                                    # (N,) document lengths
-        df = (tf > 0).sum(1, keepdims=True)                               # (V, 1) document frequencies
-        idf = np.log(1 + (len(docs) - df + 0.5) / (df + 0.5))             # Lucene's BM25 idf
-        self.weight = idf * tf / (tf + k1 * (1 - b + b * dl / dl.mean()))  # (V, N) per-term score contributions
-
-    def top(self, query: str, k: int) -> list:
-        """Indices of the k best documents with a positive score; repeated query terms count again (Lucene)."""
-        ids = [self.vocab[t] for t in terms(query) if t in self.vocab]
-        if not ids:
-            return []
-        score = self.weight[ids].sum(0)                                   # (N,)
-        order = np.argsort(-score, kind="stable")                         # ties: catalogue order (Lucene: docid)
-        return [int(i) for i in order[:k] if score[i] > 0]
 
 
 # -------------------------------------------------------------------------------------------------- reward
