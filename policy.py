@@ -41,7 +41,7 @@ batches, so right-padded training rows, left-padded generation rows and unpadded
 positions.
 
 Deliberately left out: quantised training (QLoRA; weights stay fp32 master weights), vLLM (sampling only, rollout_vllm.py) / paged
-attention, dropping finished rows from a running batch, torch.compile, tensor parallelism. Other models than Llama-shaped ones work if their `get_decoder()` / `get_output_embeddings()`
+attention, torch.compile, tensor parallelism. Other models than Llama-shaped ones work if their `get_decoder()` / `get_output_embeddings()`
 follow the usual transformers layout.
 
 Run: `python policy.py` loads SmolLM2 (building the cache on first use) and prints a short sample.

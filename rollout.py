@@ -4,11 +4,12 @@ What it implements (paper Sec. 4 / App. B, and the official code, mll-lab-nu/RAG
 - P groups x G members, group-contiguous (trajectory i is in group i // G); every member of group i resets
   with seeds[i], so a group shares its first prompt (the precondition of reward variance, RV, and of the MI
   proxy's first-turn family).
-- Each turn, all still-active envs generate together in ONE batched `model.generate` call (`sampling.generate`:
-  left padding, KV cache, sampling at `temperature` / `top_p`, top-k off, at most `max_new_tokens`), stopping
-  at `</answer>` or at the model's end-of-turn token. The prompt ends with the forced `<think>` (or `<answer>`
-  with think=False). With reuse_kv (default) each env's KV states carry over to its next turn, so only the
-  new tokens of a turn are encoded (the samples are the same as re-encoding: tested).
+- Each turn, all still-active envs generate together in ONE batched call (`sampling.generate`: HF `generate`,
+  rows that stopped leave the batch every 16 steps, left padding, KV cache, sampling at `temperature` /
+  `top_p`, top-k off, at most `max_new_tokens`), stopping at `</answer>` or at the model's end-of-turn token.
+  The prompt ends with the forced `<think>` (or `<answer>` with think=False). With reuse_kv (default) each
+  env's KV states carry over to its next turn, so only the new tokens of a turn are encoded (the samples are
+  the same as re-encoding: tested).
 - Parsing, as the reference: regex `<think>(.*?)</think>\\s*<answer>(.*?)</answer>` (DOTALL) on "<think>" +
   the generated text; the answer is split on "||", stripped, empties dropped, at most `max_actions_per_turn`
   kept. Actions go to `env.step` in order while the env is not done and the episode budget lasts (valid

@@ -47,7 +47,7 @@ def timed_generate(stats: dict):
 
     def gen(model, tokenizer, contexts, **kw):
         t0 = time.perf_counter()
-        out = sampling.generate(model, tokenizer, contexts, **kw)
+        out = sampling.generate(model, tokenizer, contexts, drop_every=stats["drop_every"], **kw)
         stats["gen_s"] += time.perf_counter() - t0
         stats["calls"] += 1
         stats["rows"] += len(contexts)
@@ -62,7 +62,7 @@ def bench_one(model, tok, env: str, bf16: bool, reuse_kv: bool, args) -> dict:
     cfg = rollout.RolloutConfig(env=env, max_new_tokens=args.max_new_tokens, max_turns=args.max_turns or None,
                                 bf16=bf16, reuse_kv=reuse_kv)
     seeds = [args.seed + i for i in range(args.groups)]
-    stats = {"gen_s": 0.0, "calls": 0, "rows": 0, "prompt_tokens": 0}
+    stats = {"gen_s": 0.0, "calls": 0, "rows": 0, "prompt_tokens": 0, "drop_every": args.drop_every}
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     trajs = rollout.rollout(model, tok, cfg, seeds, args.group_size, generate_fn=timed_generate(stats))
@@ -106,6 +106,8 @@ def main(argv=None):
     ap.add_argument("--max-turns", type=int, default=0, help="0 = the env's default (5)")
     ap.add_argument("--seed", type=int, default=10000, help="first env seed and torch seed")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch default)")
+    ap.add_argument("--drop-every", type=int, default=sampling.DROP_EVERY,
+                    help="decode steps between removals of finished rows from the batch (0 = never)")
     ap.add_argument("--out", default="bench/out/rollout.json", help="JSON results (gitignored folder)")
     args = ap.parse_args(argv)
     if args.threads:
@@ -122,7 +124,8 @@ def main(argv=None):
             print(json.dumps(rows[-1]), flush=True)
     cmd = "python bench/rollout.py " + " ".join(sys.argv[1:] if argv is None else argv)
     info = (f"{args.model}, P x G = {args.groups} x {args.group_size}, max_new_tokens {args.max_new_tokens}, "
-            f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+            f"drop_every {args.drop_every}, device {device}, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads, "
             f"{platform.processor() or platform.machine()}, native bf16: {policy.bf16_supported(device)}")
     print(f"\n`{cmd.strip()}`  ({info})\n")
     print(markdown(rows, args))

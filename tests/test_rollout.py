@@ -336,3 +336,38 @@ def test_template_turn_terminator_is_a_stop_token_when_eos_differs():
     assert base_tok.eos_token_id != im_end
     assert sampling.turn_end_id(base_tok) == im_end
     assert sampling.eos_ids(model, base_tok) == {base_tok.eos_token_id, im_end}
+
+
+def test_dropping_finished_rows_changes_no_sample(tiny):
+    """sampling.generate removes rows that have stopped from the running batch every `drop_every` steps (a
+    speed-up): for a fixed seed the samples, their log-probs and the KV states kept for the next turn equal those
+    of one uninterrupted generate call (drop_every=0), over two turns with ragged contexts."""
+    model, tok = tiny
+    g = torch.Generator().manual_seed(0)
+    first = [torch.randint(100, 40000, (n,), generator=g).tolist() for n in (30, 30, 12, 21, 5)]
+    results = {}
+    for drop_every in (0, 1, 3):
+        torch.manual_seed(0)
+        kv, ctx, outs = sampling.KVStore(), [list(c) for c in first], []
+        for turn in range(2):
+            # stop string "e": most tokens contain one, so rows stop after different numbers of steps
+            out = sampling.generate(model, tok, ctx, max_new_tokens=12, temperature=1.0, stop=("e",), kv=kv,
+                                    keys=range(5), drop_every=drop_every)
+            outs.append(out)
+            ctx = [c + ids + [11, 12, 13] for c, (ids, _) in zip(ctx, out)]
+        results[drop_every] = (outs, kv)
+    ref, ref_kv = results[0]
+    assert len({len(ids) for out in ref for ids, _ in out}) >= 3  # the rows did stop at different steps
+    for drop_every in (1, 3):
+        outs, kv = results[drop_every]
+        for out, r in zip(outs, ref):
+            assert [ids for ids, _ in out] == [ids for ids, _ in r]
+            for (_, lp), (_, lr) in zip(out, r):
+                assert lp == pytest.approx(lr, abs=1e-5)
+        assert sorted(kv.entries) == sorted(ref_kv.entries) == list(range(5))
+        for key, (ids, states) in ref_kv.entries.items():
+            assert kv.entries[key][0] == ids
+            for (k, v), (k2, v2) in zip(kv.entries[key][1], states):
+                assert torch.allclose(k, k2, atol=1e-5) and torch.allclose(v, v2, atol=1e-5)
+    with pytest.raises(ValueError, match="drop_every"):
+        sampling.generate(model, tok, first, max_new_tokens=2, drop_every=-1)
