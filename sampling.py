@@ -25,7 +25,6 @@ from __future__ import annotations
 import torch
 from transformers import (Cache, DynamicCache, GenerationConfig, LogitsProcessor, StoppingCriteria,
                           StopStringCriteria, TemperatureLogitsWarper, TopPLogitsWarper)
-
 from transformers.cache_utils import StaticLayer
 
 from policy import autocast, position_ids_from_mask
