@@ -349,6 +349,33 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return logp, entropy
 
 
+class TokenLogprobs(nn.Module):
+    """`token_logprobs(model, ...)` as a module's forward: what the update trains through. A distributed wrapper
+    (DDP or FSDP2 through `accelerate`, distributed.Dist.prepared) only handles a forward that runs through it, and
+    token_logprobs reaches into the backbone and the LM head directly, so the wrapper must hold this module. Its
+    parameters are the model's own (no copy)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, mask, *, temperature: float = 1.0, with_entropy: bool = False,
+                share_prefix: bool = True):
+        return token_logprobs(self.model, input_ids, attention_mask, mask, temperature=temperature,
+                              with_entropy=with_entropy, share_prefix=share_prefix)
+
+    # what accelerate's FSDP wrapping reads from a transformers model (which layers to shard as units, the embeddings)
+    @property
+    def _no_split_modules(self):
+        return getattr(self.model, "_no_split_modules", None)
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def get_output_embeddings(self):
+        return self.model.get_output_embeddings()
+
+
 # ----------------------------------------------------------------------------------------------------------
 # LoRA (peft) and the frozen reference
 # ----------------------------------------------------------------------------------------------------------

@@ -18,10 +18,12 @@ Resume:              python train.py --resume runs/<name> [--steps N]
 
 Distributed: groups are sharded across processes (P must be divisible by the number of processes); returns are
 gathered so every process takes the same filter decision; mini-batches are formed over the *global* kept batch
-and every loss is normalised by global token/sequence counts, then gradients are summed across processes with
-one all-reduce per optimizer step (update.py). We do this by hand instead of wrapping the model in DDP because the
-filter leaves processes with different numbers of kept trajectories (possibly none), which DDP's lock-step
-backward cannot express; the result equals the single-process update on the same global batch (tests/test_train.py).
+and every loss is normalised by global token/sequence counts. The update trains through the model prepared by
+`accelerate` (DDP: gradients summed across processes in the backward of each mini-batch's last micro-batch; FSDP2
+with accelerate's FSDP settings: optimizer states and gradients sharded, weights gathered whole for the rollout;
+docs/guide.md). The filter leaves processes with different numbers of kept trajectories (possibly none), so each
+process is padded to the same number of micro-batches with zero-weight ones (update.plan); the result equals the
+single-process update on the same global batch (tests/test_train.py).
 
 Bigger models: `--lora-rank r` trains peft LoRA adapters only (policy.add_lora; the KL reference and frozen MI scorer
 are the base model with adapters disabled); `--rollout-backend vllm` samples with vLLM on a GPU (rollout_vllm.py;
@@ -52,52 +54,11 @@ import report
 import rollout
 import runlog
 import snr
+from distributed import Dist, check_world, fsdp_state, make_accelerator
 from update import prepare_batch, update
 
 
-# ------------------------------------------------------------------------------------------ distributed helpers
-class Dist:
-    """The few collective operations the loop needs; all are identities in a single process."""
-
-    def __init__(self, acc):
-        self.acc, self.world, self.rank, self.main = acc, acc.num_processes, acc.process_index, acc.is_main_process
-
-    def gather(self, items: list) -> list:
-        """Concatenate per-process lists in rank order."""
-        if self.world == 1:
-            return list(items)
-        from accelerate.utils import gather_object
-        return gather_object(list(items))
-
-    def sum_(self, t: torch.Tensor) -> torch.Tensor:
-        """In-place sum over processes (moved to the accelerator's device: NCCL cannot reduce CPU tensors)."""
-        if self.world > 1:
-            d = t.to(self.acc.device)
-            torch.distributed.all_reduce(d, op=torch.distributed.ReduceOp.SUM)
-            t.copy_(d)
-        return t
-
-    def any(self, flag: bool) -> bool:
-        """True on every process if it is true on one (Ctrl-C must stop all processes at the same step)."""
-        return bool(self.sum_(torch.tensor([float(flag)]))[0] > 0) if self.world > 1 else flag
-
-    def sync_grads(self, module: torch.nn.Module) -> None:
-        """Sum gradients over processes (each process's loss is already divided by the global normaliser)."""
-        if self.world == 1:
-            return
-        for p in module.parameters():
-            if p.requires_grad:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                self.sum_(p.grad)
-
-
-def check_world(args, dist: "Dist") -> None:
-    """Groups are sharded whole across processes."""
-    if args.groups % dist.world:
-        raise ValueError(f"--groups {args.groups} must be divisible by the number of processes ({dist.world})")
-
-
+# ---------------------------------------------------------------------------------------------- random seeds
 def step_seed(seed: int, step: int, rank: int, stream: int = 0) -> int:
     """Every random draw of step `step` derives from (seed, step, rank): resuming at a step boundary is exact."""
     return int(np.random.SeedSequence([seed, step, rank, stream]).generate_state(1)[0])
@@ -328,7 +289,7 @@ class Learner:
     stopper: EarlyStop = field(default_factory=EarlyStop)
 
 
-def build_learner(model, args) -> Learner:
+def build_learner(model, args, dist: Dist | None = None) -> Learner:
     """Policy optimiser, critic (GAE) + its optimiser, frozen initial policy (KL / frozen MI scorer). With
     --lora-rank the model is wrapped in a peft LoRA adapter first (L.model is then the PeftModel): only adapters
     train, `frozen` is the same model with adapters disabled (policy.reference), the critic gets its own adapter
@@ -341,35 +302,52 @@ def build_learner(model, args) -> Learner:
     critic = policy.make_critic(model) if args.adv == "gae" else None
     adamw = dict(lr=args.lr, betas=(0.9, 0.999), weight_decay=args.weight_decay)
     train_p = policy.trainable_parameters
-    return Learner(model=model, opt=torch.optim.AdamW(train_p(model), **adamw), critic=critic,
-                   copt=torch.optim.AdamW(train_p(critic), **{**adamw, "lr": args.critic_lr}) if critic else None,
-                   frozen=frozen,
-                   stopper=EarlyStop(args.early_stop_empty, args.early_stop_rv, args.early_stop_val, args.stop_nonfinite))
+    L = Learner(model=model, opt=torch.optim.AdamW(train_p(model), **adamw), critic=critic,
+                copt=torch.optim.AdamW(train_p(critic), **{**adamw, "lr": args.critic_lr}) if critic else None,
+                frozen=frozen,
+                stopper=EarlyStop(args.early_stop_empty, args.early_stop_rv, args.early_stop_val, args.stop_nonfinite))
+    if dist is not None:              # DDP / FSDP wrappers now, on every process (FSDP: before a checkpoint loads)
+        dist.prepared(L.model, policy.TokenLogprobs, L.opt)
+        if L.critic is not None:
+            dist.prepared(L.critic, None, L.copt)
+    return L
 
 
 def save(run_dir, step, L: Learner, dist: Dist) -> None:
     """Checkpoint = the state at the START of `step` (everything else is re-derived from (seed, step)). Under
-    LoRA the model and critic entries hold only what trains (policy.checkpoint_state)."""
+    LoRA the model and critic entries hold only what trains (policy.checkpoint_state); under FSDP the whole
+    (gathered) state dicts, in torch.distributed.checkpoint's format (`fsdp_state`)."""
     lora = policy.is_lora(L.model)
-    state = {"step": step, "model": policy.checkpoint_state(L.model, lora), "opt": L.opt.state_dict(), "lora": lora,
-             "critic": policy.checkpoint_state(L.critic, lora) if L.critic is not None else None,
-             "copt": L.copt.state_dict() if L.copt is not None else None,
+    state = {"step": step, "lora": lora, "fsdp": dist.fsdp,
              "emas": {k: e.state_dict() for k, e in L.emas.items()}, "early_stop": dataclasses.asdict(L.stopper),
              "rng": runlog.rng_state()}
+    for name, oname, module, opt in (("model", "opt", L.model, L.opt), ("critic", "copt", L.critic, L.copt)):
+        if module is None:
+            state[name], state[oname] = None, None
+        elif dist.fsdp:
+            state[name], state[oname] = fsdp_state(module, opt, dist)
+        else:
+            state[name], state[oname] = policy.checkpoint_state(module, lora), opt.state_dict()
     runlog.save_checkpoint(run_dir, state, rank=dist.rank)
 
 
-def restore(L: Learner, ckpt) -> int:
+def restore(L: Learner, ckpt, dist: Dist) -> int:
     """Load a checkpoint written by `save` into L and the RNGs; returns the step to start from."""
     lora = policy.is_lora(L.model)
     if lora != ckpt.get("lora", False):
         raise config.UsageError(f"the checkpoint was written {'with' if ckpt.get('lora') else 'without'} --lora-rank, "
                                 f"this run is {'with' if lora else 'without'} it")
-    policy.load_checkpoint_state(L.model, ckpt["model"], lora)
-    L.opt.load_state_dict(ckpt["opt"])
-    if L.critic is not None:
-        policy.load_checkpoint_state(L.critic, ckpt["critic"], lora)
-        L.copt.load_state_dict(ckpt["copt"])
+    if dist.fsdp != ckpt.get("fsdp", False):
+        raise config.UsageError(f"the checkpoint was written {'with' if ckpt.get('fsdp') else 'without'} FSDP, this "
+                                f"run is {'with' if dist.fsdp else 'without'} it")
+    for name, oname, module, opt in (("model", "opt", L.model, L.opt), ("critic", "copt", L.critic, L.copt)):
+        if module is None:
+            continue
+        if dist.fsdp:
+            fsdp_state(module, opt, dist, load=(ckpt[name], ckpt[oname]))
+        else:
+            policy.load_checkpoint_state(module, ckpt[name], lora)
+            opt.load_state_dict(ckpt[oname])
     for k, st in ckpt["emas"].items():
         L.emas[k] = mi_proxy.ZScoreEMA()
         L.emas[k].load_state_dict(st)
@@ -557,17 +535,16 @@ def main(argv=None) -> Path:
     """The paper's training loop (§2 objective, §3 MI proxy, §4 SNR-Aware Filtering): setup, then one iteration per
     step with one call per step of the algorithm; bookkeeping lives in the helpers above."""
     args, _ = config.resolve(argv)
-    from accelerate import Accelerator
-    acc = Accelerator(cpu=args.cpu, log_with=[t for t in args.trackers.split(",") if t] or None)
-    dist = Dist(acc)
+    dist = Dist(make_accelerator(args.cpu, [t for t in args.trackers.split(",") if t] or None))
+    acc = dist.acc
     check_world(args, dist)
     run_dir = Path(args.resume) if args.resume else Path(args.out_dir) / args.name
     refuse_existing(run_dir, args)                           # cheap check first: before the model loads
     torch.manual_seed(args.seed)
     model, tok = policy.load(args.model, device=acc.device, seed=args.seed)   # a model that cannot load: nothing written
     lock, ckpt = open_run(run_dir, args, dist)
-    L = build_learner(model, args)                           # the frozen copy is taken before a checkpoint loads
-    start = restore(L, ckpt) if ckpt is not None else 0
+    L = build_learner(model, args, dist)                     # the frozen copy is taken before a checkpoint loads
+    start = restore(L, ckpt, dist) if ckpt is not None else 0
     log = open_log(run_dir, args, acc, dist, start if ckpt is not None else None)
     rcfg, fcfg = rollout_config(args), config.filter_config(args)
     gen = rollout_backend(L.model, tok, args)

@@ -6,21 +6,29 @@ train.py calls `prepare_batch` then `update` once per step, after the filter. Th
 
   prepare_batch   kept trajectories -> (B, T) tensors in GLOBAL kept order; old log-probs at the rollout temperature
                   (skipped when the update is one pass over one mini-batch: then old = current exactly, and the
-                  update's own forward supplies them, as TRL does), reference log-probs (KL on), values (PPO); GAE (+ whitening over every process's tokens) or group
-                  advantages (GRPO / Dr.GRPO), times the filter's soft weights and loss scale.
+                  update's own forward supplies them, as TRL does), reference log-probs (KL on), values (PPO);
+                  GAE (+ whitening over every process's tokens) or group advantages (GRPO / Dr.GRPO), times the
+                  filter's soft weights and loss scale.
   plan            mini-batches cut from the global kept order, each with its global normaliser (tokens or
-                  sequences, algos.agg_count), as local micro-batch row lists.
+                  sequences, algos.agg_count), as local micro-batch row lists, padded so that every process runs
+                  the same number of micro-batches.
   update          --ppo-epochs passes over the plan: every micro-batch loss is weighted by its share of the
-                  mini-batch's global normaliser, gradients are summed over processes, clipped, stepped; non-finite
-                  norms skip the step (same decision everywhere).
+                  mini-batch's global normaliser; forward and backward run through the accelerate-prepared model
+                  (DDP or FSDP2 under torchrun), which sums the gradients over processes at a mini-batch's last
+                  micro-batch; then clip and step; non-finite norms skip the step (same decision everywhere).
 
-Why by hand and not DDP: the filter leaves processes with different numbers of kept trajectories (possibly none),
-which DDP's lock-step backward cannot express; `dist` (train.Dist) supplies the few collectives, and the result
-equals the single-process update on the same global batch (tests/test_train.py, tests/dist_update.py).
+Distributed (DDP or FSDP2 through `accelerate`, distributed.Dist.prepared): the filter leaves processes with
+different numbers of kept trajectories (possibly none), while DDP and FSDP need every process in the same backward.
+So the plan pads each process to the same number of micro-batches with zero-weight ones (`padding_backward`),
+gradients accumulate locally under `no_sync` until the mini-batch's last micro-batch, and losses are scaled by the
+number of processes (the wrappers average; the global normalisers already divide). The result equals the
+single-process update on the same global batch (tests/test_train.py, tests/dist_update.py).
 Leaves out: the reference's padding of the kept batch by duplicated rows, critic warm-up, value-head pretraining.
 Run the tests: `.venv/bin/python -m pytest tests/test_train.py -q`.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -69,7 +77,25 @@ def plan(batch, args, dist) -> list:
         rows = [pos[g] for g in mb if g in pos]
         out.append((max(sum(counts[g] for g in mb), 1.0),
                     [torch.tensor(rows[u:u + args.micro_batch]) for u in range(0, len(rows), args.micro_batch)]))
-    return out
+    # every process runs the same number of micro-batches per mini-batch (DDP's collectives run in lock step):
+    # the ones a process lacks are padding (None), a zero-weight forward/backward (`padding_backward`)
+    width = [max(col) for col in zip(*dist.gather([[len(micros) for _, micros in out]]))] if out else []
+    return [(denom, micros + [None] * (w - len(micros))) for (denom, micros), w in zip(out, width)]
+
+
+def padding_backward(fwd, vfwd, dev, args) -> None:
+    """A zero-weight micro-batch (one 2-token row, loss x 0): the process runs the same forward/backward as the
+    others, so the wrapper's collectives (DDP's all-reduce, FSDP's reduce-scatter) have a partner; it adds exactly 0
+    to every gradient."""
+    ids = torch.zeros(1, 2, dtype=torch.long, device=dev)
+    attn, mask = torch.ones_like(ids), torch.tensor([[0, 1]], device=dev)
+    with policy.autocast(dev, enabled=None if args.bf16 else False):
+        logp, ent = fwd(ids, attn, mask, with_entropy=True, temperature=args.temperature)
+    (0.0 * (logp.sum() + ent.sum())).backward()
+    if vfwd is not None:
+        with policy.autocast(dev, enabled=None if args.bf16 else False):
+            v = vfwd(ids, attn)
+        (0.0 * v.sum()).backward()
 
 
 def loss_terms(logp, ent, old_logp, batch, r, mask, args) -> dict[str, torch.Tensor]:
@@ -85,48 +111,79 @@ def loss_terms(logp, ent, old_logp, batch, r, mask, args) -> dict[str, torch.Ten
     return out
 
 
+@contextlib.contextmanager
+def accumulate(dist, modules, last: bool):
+    """Gradients of every micro-batch but a mini-batch's last one accumulate locally (no communication)."""
+    with contextlib.ExitStack() as stack:
+        for m in modules:
+            if m is not None:
+                stack.enter_context(dist.no_sync(m, skip=not last))
+        yield
+
+
+def micro_backward(fwd, vfwd, batch, r, denom, dev, args, W: int, prefix_once: bool) -> torch.Tensor:
+    """Forward and backward of micro-batch rows r: the objective (and the critic's value loss) weighted by the
+    micro-batch's share of the mini-batch's global normaliser, x W (the wrapper averages over W processes).
+    Returns its share of the logged statistics: pg, entropy, kl, value_loss, clipfrac, ppo_kl."""
+    agg = args.loss_agg
+    ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
+    share = float(algos.agg_count(mask, agg)) / denom  # micro-batch's part of the global normaliser
+    out = torch.zeros(6, dtype=torch.float64)
+    with policy.autocast(dev, enabled=None if args.bf16 else False):
+        logp, ent = fwd(ids, attn, mask, with_entropy=True, temperature=args.temperature, share_prefix=prefix_once)
+    adv = batch["adv"][r].to(dev)
+    old = logp.detach() if batch["old_logp"] is None else batch["old_logp"][r].to(dev)
+    terms = loss_terms(logp, ent, old, batch, r, mask, args)
+    pg, h = terms["pg"], terms["entropy"]
+    loss = algos.objective(pg, h, terms.get("kl"), args.entropy_coef, args.kl_coef)  # pg - b_H*H + b_KL*KL
+    (loss * share * W).backward()
+    ps = algos.policy_loss_stats(logp.detach(), old, adv, mask, args.clip_low, args.clip_high, args.clip_c)
+    out[[0, 1, 4, 5]] = torch.tensor([float(pg.detach()), float(h.detach()), ps["pg_clipfrac"], ps["ppo_kl"]],
+                                     dtype=torch.float64) * share        # entropy logged whatever its coefficient
+    if args.kl_coef > 0:
+        out[2] = float(terms["kl"].detach()) * share
+    if vfwd is not None:
+        with policy.autocast(dev, enabled=None if args.bf16 else False):
+            v = vfwd(ids, attn, share_prefix=prefix_once)
+        vl = algos.value_loss(v, batch["values"][r].to(dev), batch["returns_tok"][r].to(dev), mask,
+                              args.value_clip, agg, norm_len=config.loss_norm_len(args))
+        (vl * share * W).backward()
+        out[3] = float(vl.detach()) * share
+    return out
+
+
 def update(model, critic, opt, copt, batch, args, dist) -> dict:
     """Mini-batch PPO-style updates on the kept batch (batch["plan"], see `plan`). Every loss term of a micro-batch
     is weighted by its share of the mini-batch's global normaliser, so gradient accumulation over micro-batches
-    and the sum over processes reproduce the aggregation mode exactly. Returns statistics reduced over processes."""
-    dev = next(model.parameters()).device
-    agg = args.loss_agg
+    and the sum over processes reproduce the aggregation mode exactly. The forward/backward runs through the
+    accelerate-prepared modules (`dist.prepared`: DDP or FSDP2 under torchrun), which reduce the gradients in the
+    backward of a mini-batch's last micro-batch; both average over the W processes, so losses are scaled by W to
+    make that average the sum. Returns statistics reduced over processes."""
+    dev, W = next(model.parameters()).device, dist.world
+    fwd = dist.prepared(model, policy.TokenLogprobs, opt)   # (ids, attn, mask) -> per-token log-probs, entropies
+    vfwd = dist.prepared(critic, None, copt) if critic is not None else None    # (ids, attn) -> values
+    for module in (model, critic):
+        if module is not None:
+            dist.reshard(module)             # FSDP: the same clean state on every process (a no-op otherwise)
+    # FSDP: one backbone call per micro-batch on every process. Prefix sharing calls the backbone twice for some
+    # micro-batches and once for others, and FSDP's backward hooks (re-shard, reduce-scatter) fire per call of a unit:
+    # the processes' collectives would differ
+    prefix_once = not dist.fsdp
     stats = torch.zeros(8, dtype=torch.float64)  # pg, entropy, kl, value_loss, clipfrac, ppo_kl, grad_norm, skipped
     n_updates, critic_skipped = 0, 0
     for _ in range(args.ppo_epochs):
         for denom, micros in batch["plan"]:
-            for r in micros:
-                ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
-                share = float(algos.agg_count(mask, agg)) / denom  # micro-batch's part of the global normaliser
-                with policy.autocast(dev, enabled=None if args.bf16 else False):
-                    logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True,
-                                                      temperature=args.temperature)
-                adv = batch["adv"][r].to(dev)
-                old = logp.detach() if batch["old_logp"] is None else batch["old_logp"][r].to(dev)
-                terms = loss_terms(logp, ent, old, batch, r, mask, args)
-                pg, h = terms["pg"], terms["entropy"]
-                loss = algos.objective(pg, h, terms.get("kl"), args.entropy_coef, args.kl_coef)   # pg - b_H*H + b_KL*KL
-                stats[1] += float(h.detach()) * share                 # logged whatever the coefficient
-                if args.kl_coef > 0:
-                    stats[2] += float(terms["kl"].detach()) * share
-                (loss * share).backward()
-                ps = algos.policy_loss_stats(logp.detach(), old, adv, mask,
-                                             args.clip_low, args.clip_high, args.clip_c)
-                stats[0] += float(pg.detach()) * share
-                stats[4] += ps["pg_clipfrac"] * share
-                stats[5] += ps["ppo_kl"] * share
-                if critic is not None:
-                    with policy.autocast(dev, enabled=None if args.bf16 else False):
-                        v = critic.values(ids, attn)
-                    vl = algos.value_loss(v, batch["values"][r].to(dev), batch["returns_tok"][r].to(dev), mask,
-                                          args.value_clip, agg, norm_len=config.loss_norm_len(args))
-                    (vl * share).backward()
-                    stats[3] += float(vl.detach()) * share
-            for module, optim in ((model, opt), (critic, copt)):
+            for i, r in enumerate(micros):
+                with accumulate(dist, (fwd, vfwd), last=i == len(micros) - 1):
+                    if r is None:                                      # this process has no rows here
+                        padding_backward(fwd, vfwd, dev, args)
+                    else:
+                        stats[:6] += micro_backward(fwd, vfwd, batch, r, denom, dev, args, W, prefix_once)
+            for module, optim in ((model, opt), (critic, copt)):       # gradients are now the global sums
                 if module is None:
                     continue
-                dist.sync_grads(module)
                 norm = torch.nn.utils.clip_grad_norm_(module.parameters(), args.grad_clip)
+                norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm   # FSDP: a replicated DTensor
                 if torch.isfinite(norm):
                     optim.step()
                 elif module is model:                                  # same norm on every process: same skip
@@ -137,6 +194,9 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
                 if module is model:
                     stats[6] += float(norm)
             n_updates += 1
+    for module in (model, critic):
+        if module is not None:
+            dist.full_weights(module)        # FSDP: whole weights again for the rollout (a no-op otherwise)
     stats[:6] = dist.sum_(stats[:6].clone())
     n = max(n_updates, 1)
     names = ["pg_loss", "entropy", "kl", "value_loss", "clipfrac", "ppo_kl"]
@@ -176,16 +236,18 @@ def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist, re
     # forward gives them (ratio exactly 1); otherwise a separate no-grad pass now, on the update's micro-batches
     old_now = not (args.ppo_epochs == 1 and len(batch["plan"]) == 1) or reuse_old is False
     old, refl, vals = torch.zeros(ids.shape), torch.zeros(ids.shape), torch.zeros(ids.shape)
-    for sl in [r for _, micros in batch["plan"] for r in micros] if (old_now or ref is not None or critic is not None) else []:
+    needed = old_now or ref is not None or critic is not None
+    share = not dist.fsdp        # the same forward path as the update's (update: `prefix_once`), so ratios start at 1
+    for sl in [r for _, micros in batch["plan"] for r in micros if r is not None] if needed else []:
         a = (ids[sl].to(dev), attn[sl].to(dev), mask[sl].to(dev))
         with policy.autocast(dev, enabled=None if args.bf16 else False):
             # log-probs of the sampling policy: logits / rollout temperature (as verl); 1.0 by default
             if old_now:
-                old[sl] = policy.token_logprobs(model, *a, temperature=args.temperature)[0].cpu()
+                old[sl] = policy.token_logprobs(model, *a, temperature=args.temperature, share_prefix=share)[0].cpu()
             if ref is not None:
-                refl[sl] = policy.token_logprobs(ref, *a, temperature=args.temperature)[0].cpu()
+                refl[sl] = policy.token_logprobs(ref, *a, temperature=args.temperature, share_prefix=share)[0].cpu()
             if critic is not None:
-                vals[sl] = critic.values(a[0], a[1]).cpu()
+                vals[sl] = critic.values(a[0], a[1], share_prefix=share).cpu()
     batch["old_logp"], batch["ref_logp"], batch["values"] = (old if old_now else None), refl, vals * mask
     # advantages: one scalar per trajectory (group estimators) or per token (GAE)
     weight = {int(gi): float(w) for gi, w in zip(fres.kept_traj, fres.adv_weight)}

@@ -43,7 +43,7 @@ fi
 
 NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count())")
 if [ "$NGPU" -ge 2 ]; then
-  step "5/5 2-process distributed equivalence on 2 GPUs (NCCL)" "2 passed (max |param diff| < 1e-5 between 1 and 2 processes); ~1 min"
+  step "5/5 2-process distributed equivalence on 2 GPUs (NCCL; DDP and FSDP2)" "6 passed (max |param diff| < 1e-5 between 1 and 2 processes; the train.py resume checks run on CPU processes); ~3 min"
   NANORAGEN_TEST_CUDA=1 "$PY" -m pytest -q tests/test_train.py -k two_processes
 else
   echo; echo "=== 5/5 skipped: $NGPU GPU(s); the distributed check needs 2 (the CPU version runs in the test suite)"

@@ -3,23 +3,25 @@ processes) on a fixed scripted global batch, run under `torchrun --nproc_per_nod
 MODE`; rank 0 saves the updated parameters to OUT. With 2 processes each process owns one group; the result must
 equal the single-process update. MODE "all": 2 groups, no filter. MODE "filtered": 4 groups and the paper's
 top-p filter, which drops both groups of process 1 in the first update (it then holds no kept trajectory).
-Before the updates, the snr.py gradient analysis runs on the same batch; its norms must match too.
+The updates run through the accelerate-prepared modules (distributed.Dist.prepared: DDP, or FSDP2 with
+NANORAGEN_CPU_FSDP=1). Before and after the updates (DDP only), the snr.py gradient analysis runs on the same
+batch; its norms must match too.
 NANORAGEN_TEST_CUDA=1: one GPU per process (NCCL) instead of CPU processes (gloo); bench/gpu_first_run.sh uses it."""
 import copy
 import os
 import sys
 
 import torch
-from accelerate import Accelerator
 
 import config
+import distributed
 import filter as rvfilter
 import policy
 import train
 import update as upd
 from test_train import scripted_batch
 
-acc = Accelerator(cpu=os.environ.get("NANORAGEN_TEST_CUDA") != "1")
+acc = distributed.make_accelerator(cpu=os.environ.get("NANORAGEN_TEST_CUDA") != "1")   # NANORAGEN_CPU_FSDP=1: FSDP2
 dist = train.Dist(acc)
 model, tok = policy.load("tiny", seed=0, device=acc.device)
 init = {k: v.clone() for k, v in model.state_dict().items()}
@@ -40,15 +42,23 @@ local = [t for t in trajs if int(owner[t.group]) == dist.rank]
 critic = policy.make_critic(model)
 opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 copt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)
+dist.prepared(model, policy.TokenLogprobs, opt)          # as train.build_learner: DDP / FSDP wrappers first
+dist.prepared(critic, None, copt)
 # snr gradient analysis first (it must leave the update unchanged): with 4 groups every bucket holds one group, so
 # in "filtered" mode each process has buckets without a single local row and still joins every all-reduce
-grad = train.grad_analysis(local, local, R, owner, model, critic, ref, tok, args, dist)
+analysis = (lambda: {}) if dist.fsdp else (    # FSDP: refused by distributed.check_world (gradients are sharded)
+    lambda: train.grad_analysis(local, local, R, owner, model, critic, ref, tok, args, dist))
+grad = analysis()
 for _ in range(2):
     fres = rvfilter.apply_filter(R, config.filter_config(args))
     assert mode == "all" or fres.kept_groups.tolist() == [0, 1]
     batch = upd.prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist)
-    upd.update(model, critic, opt, copt, batch, args, dist)
+    stats = upd.update(model, critic, opt, copt, batch, args, dist)
+# the analysis again after DDP-wrapped updates: its forward runs on the plain modules, outside DDP's gradient hooks
+grad_after = analysis()
+params = distributed.fsdp_state(model, opt, dist)[0] if dist.fsdp else model.state_dict()   # FSDP: gathered on rank 0
 if dist.main:
-    torch.save({"params": {k: v.cpu() for k, v in model.state_dict().items()},
-                "init": {k: v.cpu() for k, v in init.items()}, "grad": grad}, sys.argv[1])
+    torch.save({"params": {k: v.cpu() for k, v in params.items()},
+                "init": {k: v.cpu() for k, v in init.items()}, "grad": grad, "grad_after": grad_after, "stats": stats,
+                "wrappers": [type(dist.prepared(m)).__name__ for m in (model, critic)]}, sys.argv[1])
 acc.wait_for_everyone()

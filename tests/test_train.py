@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import config
+import distributed
 import policy
 import rollout
 import runlog
@@ -70,7 +71,24 @@ def test_processes_must_divide_groups(tmp_path):
     class FakeAcc:
         num_processes, process_index, is_main_process = 3, 0, True
     with pytest.raises(ValueError, match="--groups"):
-        train.check_world(config.resolve(["--groups", "8"])[0], train.Dist(FakeAcc()))
+        distributed.check_world(config.resolve(["--groups", "8"])[0], distributed.Dist(FakeAcc()))
+
+
+def test_fsdp_refuses_what_needs_whole_gradients_or_fsdp1():
+    from accelerate.utils import DistributedType
+
+    class FakeFSDP:
+        num_processes, process_index, is_main_process = 2, 0, True
+        distributed_type, is_fsdp2 = DistributedType.FSDP, True
+    dist = distributed.Dist(FakeFSDP())
+    distributed.check_world(config.resolve(["--groups", "8"])[0], dist)                 # the defaults are fine
+    with pytest.raises(config.UsageError, match="--grad-analysis-every"):
+        distributed.check_world(config.resolve(["--groups", "8", "--grad-analysis-every", "5"])[0], dist)
+    with pytest.raises(config.UsageError, match="--lora-rank"):
+        distributed.check_world(config.resolve(["--groups", "8", "--lora-rank", "4"])[0], dist)
+    FakeFSDP.is_fsdp2 = False
+    with pytest.raises(config.UsageError, match="fsdp_version: 2"):
+        distributed.check_world(config.resolve(["--groups", "8"])[0], distributed.Dist(FakeFSDP()))
 
 
 # ------------------------------------------------------------------------------------ the update, scripted task
@@ -162,23 +180,68 @@ def test_smoke_run_of_demo_settings_writes_everything(tmp_path):
 # ------------------------------------------------------------------------------------------------- distributed
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["all", "filtered"])
-def test_two_processes_give_the_same_update_as_one(tmp_path, mode):
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp"])
+def test_two_processes_give_the_same_update_as_one(tmp_path, mode, wrapper):
+    """DDP (accelerate's default on CPU processes) and FSDP2 (distributed.make_accelerator's NANORAGEN_CPU_FSDP path:
+    accelerate itself selects FSDP only on GPUs) against one process, on the same global batch."""
     script = ROOT / "tests" / "dist_update.py"
     outs = {}
     for n in (1, 2):
         out = tmp_path / f"p{n}.pt"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n), "--master_port",
-               str(29500 + n + (10 if mode == "filtered" else 0)), str(script), str(out), mode]
-        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+        port = 29500 + n + (10 if mode == "filtered" else 0) + (20 if wrapper == "fsdp" else 0)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n), "--master_port", str(port),
+               str(script), str(out), mode]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+               distributed.CPU_FSDP_ENV: str(int(wrapper == "fsdp"))}
+        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
         assert res.returncode == 0, res.stderr[-3000:]
         outs[n] = torch.load(out)
     one, two, init = outs[1]["params"], outs[2]["params"], outs[1]["init"]
+    assert set(one) == set(two)
     assert max(float((one[k] - two[k]).abs().max()) for k in one) < 1e-5
     assert max(float((one[k] - init[k]).abs().max()) for k in one) > 1e-4      # the update did something
-    g1, g2 = outs[1]["grad"], outs[2]["grad"]
-    assert set(g1) == set(g2) and g1["grad/all/task"] > 0
-    assert all(g2[k] == pytest.approx(g1[k], rel=1e-5, abs=1e-9) for k in g1)
+    assert outs[2]["wrappers"] == ({"ddp": ["DistributedDataParallel"] * 2,
+                                    "fsdp": ["FSDPTokenLogprobs", "FSDPCritic"]}[wrapper])
+    s1, s2 = outs[1]["stats"], outs[2]["stats"]                                 # gradient norms: sums, not means
+    assert set(s1) == set(s2) and all(s2[k] == pytest.approx(s1[k], rel=1e-4, abs=1e-7) for k in s1)
+    if wrapper == "fsdp":                        # the gradient analysis is refused under FSDP (distributed.check_world)
+        return
+    for key in ("grad", "grad_after"):
+        g1, g2 = outs[1][key], outs[2][key]
+        assert set(g1) == set(g2) and g1["grad/all/task"] > 0
+        assert all(g2[k] == pytest.approx(g1[k], rel=1e-5, abs=1e-9) for k in g1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp"])
+def test_train_py_on_two_processes_resumes_exactly(tmp_path, wrapper):
+    """The whole loop under torchrun with 2 CPU processes (rollout, MI proxy, PPO update through DDP / FSDP2,
+    validation, checkpoints): 3 steps straight == 2 steps + --resume to 3, on every trained tensor. Under FSDP the
+    checkpoint holds rank 0's gathered state dicts (distributed.fsdp_state) and the other ranks load them by broadcast."""
+    flags = ["--model", "tiny", "--env", "bandit", "--algo", "ppo", "--filter", "none", "--groups", "2",
+             "--group-size", "4", "--kl-coef", "0.01", "--mi-every", "1", "--eval-every", "1", "--val-envs", "2",
+             "--max-new-tokens", "8", "--cpu", "--no-progress", "--no-bf16", "--out-dir", str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", distributed.CPU_FSDP_ENV: str(int(wrapper == "fsdp"))}
+    port = iter(range(29560 + 10 * (wrapper == "fsdp"), 29570 + 10 * (wrapper == "fsdp")))
+
+    def torchrun(*argv):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(next(port)), str(ROOT / "train.py"), *argv]
+        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+    torchrun(*flags, "--steps", "3", "--name", "straight")
+    torchrun(*flags, "--steps", "2", "--name", "resumed")
+    torchrun("--resume", str(tmp_path / "resumed"), "--steps", "3")
+    a, b = (torch.load(tmp_path / n / "checkpoints" / "last" / "rank0.pt", weights_only=False)
+            for n in ("straight", "resumed"))
+    assert a["step"] == b["step"] == 3 and a["fsdp"] == (wrapper == "fsdp")
+    for key in ("model", "critic"):
+        assert set(a[key]) == set(b[key]) and len(a[key]) > 0
+        assert all(torch.equal(a[key][k], b[key][k]) for k in a[key]), key
+    init, _ = policy.load("tiny", seed=0)                                      # the updates changed the policy
+    assert any(not torch.equal(v, a["model"][k]) for k, v in init.state_dict().items() if k in a["model"])
+    rows = runlog.read_metrics(tmp_path / "resumed")
+    assert [r["step"] for r in rows] == [-1, 0, 1, 2] and all("train/pg_loss" in r for r in rows[1:])
 
 
 def test_every_experiment_arm_is_a_valid_config():
