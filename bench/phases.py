@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import functools
 import os
 import platform
@@ -143,33 +144,46 @@ def filled_store(model, shape, B, ctx, g):
     return kv, contexts
 
 
+@contextlib.contextmanager
+def timed_functions(module, names, clock: collections.Counter):
+    """Within the block, module.<name> adds its wall time to clock[name] for each name; restored afterwards."""
+    originals = {name: getattr(module, name) for name in names}
+
+    def timer(name, f):
+        @functools.wraps(f)
+        def timed(*args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return f(*args, **kw)
+            finally:
+                clock[name] += time.perf_counter() - t0
+        return timed
+    for name, f in originals.items():
+        setattr(module, name, timer(name, f))
+    try:
+        yield clock
+    finally:
+        for name, f in originals.items():
+            setattr(module, name, f)
+
+
 def phase_decode(model, tok, shape, B, ctx, steps, g):
     """Decode steps through sampling.generate; returns the decode row, plus the per-step time generate spends
     outside the forward (sampling, stop checks, its own bookkeeping) and the KV assembly time of the turn."""
     kv, contexts = filled_store(model, shape, B, ctx, g)
     clock = ForwardClock(model)
     kv_clock = collections.Counter()
-    wrapped = {}
-    for name in ("_batch_cache", "_store_rows"):
-        f = wrapped[name] = getattr(sampling, name)
-
-        def timed(*args, _f=f, _n=name, **kw):
-            t0 = time.perf_counter()
-            out = _f(*args, **kw)
-            kv_clock[_n] += time.perf_counter() - t0
-            return out
-        setattr(sampling, name, timed)
     try:  # two turns on one KVStore; the second is measured (its batch cache reuses the first's memory)
-        out = sampling.generate(model, tok, contexts, max_new_tokens=steps, stop=(), kv=kv, keys=range(B), drop_every=0)
-        contexts = [c + ids + [1000] for c, (ids, _) in zip(contexts, out)]
-        clock.seconds, clock.calls = 0.0, 0
-        kv_clock.clear()
-        total = _timed(lambda: sampling.generate(model, tok, contexts, max_new_tokens=steps, stop=(), kv=kv,
-                                                 keys=range(B), drop_every=0))
+        with timed_functions(sampling, ("_batch_cache", "_store_rows"), kv_clock):
+            out = sampling.generate(model, tok, contexts, max_new_tokens=steps, stop=(), kv=kv, keys=range(B),
+                                    drop_every=0)
+            contexts = [c + ids + [1000] for c, (ids, _) in zip(contexts, out)]
+            clock.seconds, clock.calls = 0.0, 0
+            kv_clock.clear()
+            total = _timed(lambda: sampling.generate(model, tok, contexts, max_new_tokens=steps, stop=(), kv=kv,
+                                                     keys=range(B), drop_every=0))
     finally:
         clock.remove()
-        for name, f in wrapped.items():
-            setattr(sampling, name, f)
     per_step = clock.seconds / clock.calls
     mean_ctx = ctx + (steps - 1) / 2
     flops = shape.linear(B, B) + shape.attn(B, mean_ctx)
@@ -269,27 +283,15 @@ def rollout_split(model, tok, a):
         rows[kind] += kwargs["input_ids"].numel()
     handles = [model.register_forward_pre_hook(pre, with_kwargs=True),
                model.register_forward_hook(post, with_kwargs=True)]
-    wrapped = {}
-    for name in ("_encode_prefixes", "_batch_cache", "_store_rows"):
-        f = wrapped[name] = getattr(sampling, name)
-
-        @functools.wraps(f)
-        def timed(*args, _f=f, _n=name, **kw):
-            t0 = time.perf_counter()
-            out = _f(*args, **kw)
-            clock[_n] += time.perf_counter() - t0
-            return out
-        setattr(sampling, name, timed)
     cfg = rollout.RolloutConfig(env="frozenlake", max_new_tokens=tokens, max_turns=turns)
     torch.manual_seed(0)
     try:
         trajs = []
-        total = _timed(lambda: trajs.extend(rollout.rollout(model, tok, cfg, [10000 + i for i in range(P)], G)))
+        with timed_functions(sampling, ("_encode_prefixes", "_batch_cache", "_store_rows"), clock):
+            total = _timed(lambda: trajs.extend(rollout.rollout(model, tok, cfg, [10000 + i for i in range(P)], G)))
     finally:
         for h in handles:
             h.remove()
-        for name, f in wrapped.items():
-            setattr(sampling, name, f)
     generated = sum(len(t.gen_ids) for tr in trajs for t in tr.turns)
     split = {"first-prompt encoding": clock["_encode_prefixes"], "turn prefill (new tokens)": clock["turn prefill"],
              "decode (forward)": clock["decode"], "KV assembly / storage": clock["_batch_cache"] + clock["_store_rows"]}
