@@ -57,6 +57,14 @@ class Dist:
         """FSDP2 through accelerate (`accelerate launch --use_fsdp --fsdp_version 2`, or its config file)."""
         return self.world > 1 and bool(getattr(self.acc, "is_fsdp2", False))
 
+    @property
+    def share_prefix(self) -> bool:
+        """Whether the update's forwards (and prepare_batch's no-grad passes, which must take the same path so the
+        first PPO ratio is exactly 1) encode a micro-batch's common prefix once (policy.hidden_states). Not under
+        FSDP: prefix sharing calls the backbone twice for some micro-batches and once for others, and FSDP's backward
+        hooks (re-shard, reduce-scatter) fire per call of a unit, so the processes' collectives would differ."""
+        return not self.fsdp
+
     def prepared(self, module: torch.nn.Module, wrap=None, optimizer=None) -> torch.nn.Module:
         """The module the update trains through: `wrap(module)` (or `module`) prepared by `accelerate`; the plain
         module in one process. DDP: gradients are all-reduced in the backward of a mini-batch's last micro-batch.

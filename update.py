@@ -121,7 +121,7 @@ def accumulate(dist, modules, last: bool):
         yield
 
 
-def micro_backward(fwd, vfwd, batch, r, denom, dev, args, W: int, prefix_once: bool) -> torch.Tensor:
+def micro_backward(fwd, vfwd, batch, r, denom, dev, args, W: int, share_prefix: bool) -> torch.Tensor:
     """Forward and backward of micro-batch rows r: the objective (and the critic's value loss) weighted by the
     micro-batch's share of the mini-batch's global normaliser, x W (the wrapper averages over W processes).
     Returns its share of the logged statistics: pg, entropy, kl, value_loss, clipfrac, ppo_kl."""
@@ -130,7 +130,7 @@ def micro_backward(fwd, vfwd, batch, r, denom, dev, args, W: int, prefix_once: b
     share = float(algos.agg_count(mask, agg)) / denom  # micro-batch's part of the global normaliser
     out = torch.zeros(6, dtype=torch.float64)
     with policy.autocast(dev, enabled=None if args.bf16 else False):
-        logp, ent = fwd(ids, attn, mask, with_entropy=True, temperature=args.temperature, share_prefix=prefix_once)
+        logp, ent = fwd(ids, attn, mask, with_entropy=True, temperature=args.temperature, share_prefix=share_prefix)
     adv = batch["adv"][r].to(dev)
     old = logp.detach() if batch["old_logp"] is None else batch["old_logp"][r].to(dev)
     terms = loss_terms(logp, ent, old, batch, r, mask, args)
@@ -144,7 +144,7 @@ def micro_backward(fwd, vfwd, batch, r, denom, dev, args, W: int, prefix_once: b
         out[2] = float(terms["kl"].detach()) * share
     if vfwd is not None:
         with policy.autocast(dev, enabled=None if args.bf16 else False):
-            v = vfwd(ids, attn, share_prefix=prefix_once)
+            v = vfwd(ids, attn, share_prefix=share_prefix)
         vl = algos.value_loss(v, batch["values"][r].to(dev), batch["returns_tok"][r].to(dev), mask,
                               args.value_clip, agg, norm_len=config.loss_norm_len(args))
         (vl * share * W).backward()
@@ -165,10 +165,6 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
     for module in (model, critic):
         if module is not None:
             dist.reshard(module)             # FSDP: the same clean state on every process (a no-op otherwise)
-    # FSDP: one backbone call per micro-batch on every process. Prefix sharing calls the backbone twice for some
-    # micro-batches and once for others, and FSDP's backward hooks (re-shard, reduce-scatter) fire per call of a unit:
-    # the processes' collectives would differ
-    prefix_once = not dist.fsdp
     stats = torch.zeros(8, dtype=torch.float64)  # pg, entropy, kl, value_loss, clipfrac, ppo_kl, grad_norm, skipped
     n_updates, critic_skipped = 0, 0
     for _ in range(args.ppo_epochs):
@@ -178,7 +174,7 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
                     if r is None:                                      # this process has no rows here
                         padding_backward(fwd, vfwd, dev, args)
                     else:
-                        stats[:6] += micro_backward(fwd, vfwd, batch, r, denom, dev, args, W, prefix_once)
+                        stats[:6] += micro_backward(fwd, vfwd, batch, r, denom, dev, args, W, dist.share_prefix)
             for module, optim in ((model, opt), (critic, copt)):       # gradients are now the global sums
                 if module is None:
                     continue
@@ -237,7 +233,7 @@ def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist, re
     old_now = not (args.ppo_epochs == 1 and len(batch["plan"]) == 1) or reuse_old is False
     old, refl, vals = torch.zeros(ids.shape), torch.zeros(ids.shape), torch.zeros(ids.shape)
     needed = old_now or ref is not None or critic is not None
-    share = not dist.fsdp        # the same forward path as the update's (update: `prefix_once`), so ratios start at 1
+    share = dist.share_prefix    # the update's forward path, so the first ratio is exactly 1
     for sl in [r for _, micros in batch["plan"] for r in micros if r is not None] if needed else []:
         a = (ids[sl].to(dev), attn[sl].to(dev), mask[sl].to(dev))
         with policy.autocast(dev, enabled=None if args.bf16 else False):
