@@ -131,10 +131,18 @@ CPU_FSDP_ENV = "NANORAGEN_CPU_FSDP"
 def make_accelerator(cpu: bool, log_with=None):
     """accelerate's Accelerator. With NANORAGEN_CPU_FSDP=1 in the environment (CPU processes under torchrun): its
     FSDP2 path, which accelerate itself only selects on GPUs (on CPU its FSDP settings are ignored and DDP is used);
-    torch's fully_shard runs on CPU with gloo, so the FSDP code path can be tested without a GPU."""
+    torch's fully_shard runs on CPU with gloo, so the FSDP code path can be tested without a GPU. accelerate's own
+    mixed precision is refused (one line) and set to "no": `policy.autocast` alone decides precision."""
     from accelerate import Accelerator
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-    acc = Accelerator(cpu=cpu, log_with=log_with)
+    asked = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()  # accelerate config / launch --mixed_precision
+    if asked != "no":
+        raise config.UsageError(f"accelerate mixed_precision={asked} is refused: precision has one owner here, --bf16 / "
+                                "--no-bf16 (policy.autocast); set mixed_precision: no (accelerate config) or unset "
+                                "ACCELERATE_MIXED_PRECISION")
+    # mixed precision off: accelerate would autocast the prepared module's forward only (the update with N processes)
+    # but not the no-grad passes that compute old log-probs, so the first PPO ratio would no longer be exactly 1.
+    acc = Accelerator(cpu=cpu, log_with=log_with, mixed_precision="no")
     if os.environ.get(CPU_FSDP_ENV) == "1" and acc.num_processes > 1:
         from accelerate.state import PartialState
         acc.state.fsdp_plugin = FullyShardedDataParallelPlugin(fsdp_version=2,

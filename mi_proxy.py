@@ -241,7 +241,7 @@ def cross_log_probs(model, prompts, reasonings, *, micro_batch: int = 32, prompt
 def mi_report(model, trajs, *, family: str, num_samples, rng: np.random.Generator, ema: ZScoreEMA | None,
               n_perm: int = 0, scorer_name: str = "policy", micro_batch: int = 32, prompt_batch: int = 8,
               pairs: Pairs | None = None, token_marginal: str = "paper", null_unit: str = "row",
-              bf16: bool | None = None, temperature: float = 1.0) -> dict:
+              bf16: bool | None = False, temperature: float = 1.0) -> dict:
     """Unprefixed metrics of one family ("first_turn" | "trajectory") scored by `model` at `temperature`
     (train.py passes the rollout temperature, as the reference scores with the sampling distribution).
 
@@ -250,6 +250,9 @@ def mi_report(model, trajs, *, family: str, num_samples, rng: np.random.Generato
     unless scorer_name == "policy".  To log policy and frozen scorers side by side on the *same* pairs,
     sample once (`FAMILIES[family](trajs, num_samples, rng)`) and pass `pairs=` to both calls.
     null_unit: "row" (shuffle labels across rows) or "group" (cluster permutation by rollout group).
+    bf16: False (default) scores in fp32; None = bf16 where the hardware has it (policy.autocast), True = bf16.
+    fp32 by default because bf16 rounding is as large as the signal: on SmolLM2, 4 Sokoban prompts x 12
+    reasonings, bf16 moved L_seq by 0.15 mean / 0.48 max nats and mi_seq_estimate from 0.160 to 0.172.
     """
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {tuple(FAMILIES)}, got {family!r}")
@@ -267,7 +270,7 @@ def mi_report(model, trajs, *, family: str, num_samples, rng: np.random.Generato
         return out                                                      # N < 2: nothing to compare
     import policy                                   # deferred: keeps the metric half free of model code
     t0 = time.perf_counter()
-    with policy.autocast(next(model.parameters()).device, enabled=bf16):   # None: where the hardware has bf16
+    with policy.autocast(next(model.parameters()).device, enabled=bf16):   # default False: fp32 (see above)
         L_tok, L_seq = cross_log_probs(model, pairs.prompts, pairs.reasonings, temperature=temperature,
                                        micro_batch=micro_batch, prompt_batch=prompt_batch)
     lengths = [len(z) for z in pairs.reasonings]

@@ -55,6 +55,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 import torch
@@ -211,6 +212,9 @@ def load(name: str = "smollm2-135m", *, device="cpu", dtype=torch.float32, seed:
 # ----------------------------------------------------------------------------------------------------------
 # Mixed precision
 # ----------------------------------------------------------------------------------------------------------
+BF16_ENV = "NANORAGEN_BF16"   # "0" / "1": override the default below (the suite runs both ways; README "Tests")
+
+
 def bf16_supported(device) -> bool:
     """Whether `device` has native bf16 matmuls (CUDA with bf16, or a CPU with AVX512-BF16 / AMX)."""
     kind = torch.device(device).type
@@ -223,14 +227,60 @@ def bf16_supported(device) -> bool:
     return False
 
 
+def bf16_default(device) -> bool:
+    """What `autocast(device, enabled=None)` does: `bf16_supported(device)`, unless $NANORAGEN_BF16 is "0" (fp32)
+    or "1" (bf16, emulated where the hardware has none). Any other value is refused in one line."""
+    env = os.environ.get(BF16_ENV, "")
+    if env not in ("", "0", "1"):
+        raise ValueError(f"${BF16_ENV} must be 0 or 1 (or unset: bf16 where the hardware has it), got {env!r}")
+    return bf16_supported(device) if env == "" else env == "1"
+
+
 def autocast(device, enabled: bool | None = None):
-    """bf16 autocast context for `device`. enabled=None: on where `bf16_supported(device)`; True/False force it
-    (True on a CPU without bf16 still works, just emulated: that is what `bench/rollout.py` measures)."""
+    """bf16 autocast context for `device`. enabled=None: `bf16_default(device)` (on where the hardware has bf16);
+    True/False force it (True on a CPU without bf16 still works, just emulated: `bench/rollout.py` measures it).
+    The one switch for compute precision: train.py's Accelerator runs with mixed precision off
+    (distributed.make_accelerator), so nothing else autocasts."""
     kind = torch.device(device).type
-    on = bf16_supported(device) if enabled is None else bool(enabled)
+    on = bf16_default(device) if enabled is None else bool(enabled)
     if not on or kind not in ("cuda", "cpu"):
         return contextlib.nullcontext()
     return torch.autocast(device_type=kind, dtype=torch.bfloat16)
+
+
+_BF16_COPIES = weakref.WeakKeyDictionary()   # fp32 model -> (its bf16 copy, the versions of the weights it holds)
+
+
+def bf16_copy(model: nn.Module) -> nn.Module:
+    """A bf16 copy of `model` for sampling, refreshed from the fp32 master weights whenever they changed.
+
+    Why (issue 21): under autocast the K cache stays fp32 (RoPE multiplies bf16 K by fp32 cos/sin) and SDPA casts
+    it to bf16 on every decode step, so a decode step at 1k context reads ~2.5x the bytes of an all-bf16 one and
+    bf16 sampling was no faster than fp32. With bf16 weights every activation, K and V are bf16. The copy costs one
+    bf16 model in memory (270 MB for SmolLM2-135M). Freshness: torch bumps a tensor's `_version` on every in-place
+    write (optimizer steps, load_state_dict), so the copy is refreshed (one copy_ per tensor) exactly when a weight
+    changed since the last call; never stale, never re-copied needlessly. Numerics: the residual stream is bf16 too,
+    so sampled log-probs differ from an autocast recomputation a little more than autocast's own samples do (the
+    update recomputes old log-probs under its own precision, so PPO's first ratio stays exactly 1).
+    Models that are not plain fp32 modules (bf16 already, FSDP-sharded DTensor weights) are returned as they are."""
+    params = list(model.parameters())
+    if not params or any(p.dtype != torch.float32 or type(p.data) is not torch.Tensor for p in params):
+        return model
+    versions = tuple(p._version for p in params)
+    hit = _BF16_COPIES.get(model)
+    if hit is None:
+        with torch.no_grad():
+            copy16 = copy.deepcopy(model).to(torch.bfloat16).eval().requires_grad_(False)
+        for name, b in model.named_buffers():          # buffers (RoPE's inv_freq) stay fp32: rounding them would
+            mod, _, leaf = name.rpartition(".")        # shift every rotary frequency, i.e. long-range positions
+            copy16.get_submodule(mod)._buffers[leaf] = b.detach().clone()
+        _BF16_COPIES[model] = hit = [copy16, versions]
+    elif hit[1] != versions:
+        with torch.no_grad():
+            for p16, p in zip(hit[0].parameters(), params):
+                p16.copy_(p)
+        hit[1] = versions
+    return hit[0]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -561,7 +611,7 @@ if __name__ == "__main__":
     t0 = time.time()
     model, tokenizer = load("smollm2-135m")
     print(f"loaded SmolLM2 from {smollm2_dir()} in {time.time() - t0:.1f}s "
-          f"({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, bf16 autocast: {bf16_supported('cpu')})")
+          f"({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, bf16 autocast: {bf16_default('cpu')})")
     messages = [{"role": "user", "content": "What is 2 + 3? Answer briefly."}]
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad(), autocast("cpu"):

@@ -84,7 +84,7 @@ class RolloutConfig:
     penalty_rule: str = "no_valid"  # PENALTY_RULES
     z_tokens: str = "sampled"  # Z_TOKENS
     max_context: int = 3600  # tokens (reference max_model_len 3600)
-    bf16: bool | None = None  # autocast during generation; None = where the hardware has bf16
+    bf16: bool | None = None  # sample in bf16 (a bf16 weight copy, sampling.sampling_model); None = where native
     reuse_kv: bool = True  # keep each row's KV states between turns (False: re-encode the conversation)
     val_temperature: float = 0.5  # validation rollouts (reference: 0.5, sampling)
     val_top_p: float = 1.0

@@ -11,7 +11,9 @@ happens (docs/speed.md has the numbers):
   (`_PooledStaticLayer`: a fresh multi-GB cache costs seconds of page faults every turn);
 - finished rows leave the running batch: generate runs in chunks of `drop_every` steps and continues from its
   cache (transformers keeps a finished row computing padding until the last row stops);
-- inverse-CDF sampling instead of torch.multinomial.
+- inverse-CDF sampling instead of torch.multinomial;
+- in bf16, a bf16 copy of the weights (policy.bf16_copy, refreshed when the weights change) instead of autocast,
+  so the KV cache is bf16 too (under autocast K stays fp32 and is cast on every decode step).
 Samples are identical with and without the KV store and for any `drop_every` (tested).
 
 What it leaves out: paged attention / vLLM, speculative decoding, attention that reads a group's shared prompt once
@@ -27,7 +29,7 @@ from transformers import (Cache, DynamicCache, GenerationConfig, LogitsProcessor
                           StopStringCriteria, TemperatureLogitsWarper, TopPLogitsWarper)
 from transformers.cache_utils import StaticLayer
 
-from policy import autocast, position_ids_from_mask
+from policy import autocast, bf16_copy, bf16_default, position_ids_from_mask
 
 
 class KVStore:
@@ -234,6 +236,16 @@ DROP_EVERY = 16  # decode steps between two removals of finished rows from the r
 
 
 @torch.no_grad()
+def sampling_model(model, device, bf16: bool | None):
+    """(model to sample with, autocast flag for it): in bf16 (bf16=True, or None where bf16 is the default) the
+    refreshed bf16 copy of the weights (policy.bf16_copy) with autocast off, so weights, activations and the KV
+    cache are all bf16; a model bf16_copy cannot copy samples under autocast; fp32 otherwise."""
+    if not (bf16_default(device) if bf16 is None else bf16):
+        return model, False
+    copy16 = bf16_copy(model)
+    return copy16, copy16 is model
+
+
 def generate(model, tokenizer, contexts: list, *, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, stop=("</answer>",), bf16: bool | None = None, kv: KVStore | None = None,
              keys=None, drop_every: int = DROP_EVERY) -> list:
@@ -258,6 +270,7 @@ def generate(model, tokenizer, contexts: list, *, max_new_tokens: int, temperatu
         raise ValueError(f"drop_every must be >= 0 (0 = never drop finished rows), got {drop_every}")
     device = next(model.parameters()).device
     n, pad, eos = len(contexts), tokenizer.pad_token_id, eos_ids(model, tokenizer)
+    model, bf16 = sampling_model(model, device, bf16)
     if kv is not None:
         keys = list(keys)
         for i, k in enumerate(keys):  # a stale entry (context changed) is dropped and re-encoded

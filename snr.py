@@ -52,6 +52,7 @@ import math
 import torch
 
 import algos
+import config
 import policy
 import update
 
@@ -123,7 +124,7 @@ def component_grad_norms(model, batch, rows: list[int], args, dist) -> dict[str,
         r = rows_t[s:s + args.micro_batch]
         ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
         share = float(algos.agg_count(mask, args.loss_agg)) / max(denom, 1.0)
-        with policy.autocast(dev, enabled=None if args.bf16 else False):
+        with policy.autocast(dev, enabled=config.bf16(args)):
             logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True, temperature=args.temperature)
         losses = component_losses(logp, ent, batch, r, args)
         for i, c in enumerate(names):

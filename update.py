@@ -89,11 +89,11 @@ def padding_backward(fwd, vfwd, dev, args) -> None:
     to every gradient."""
     ids = torch.zeros(1, 2, dtype=torch.long, device=dev)
     attn, mask = torch.ones_like(ids), torch.tensor([[0, 1]], device=dev)
-    with policy.autocast(dev, enabled=None if args.bf16 else False):
+    with policy.autocast(dev, enabled=config.bf16(args)):
         logp, ent = fwd(ids, attn, mask, with_entropy=True, temperature=args.temperature)
     (0.0 * (logp.sum() + ent.sum())).backward()
     if vfwd is not None:
-        with policy.autocast(dev, enabled=None if args.bf16 else False):
+        with policy.autocast(dev, enabled=config.bf16(args)):
             v = vfwd(ids, attn)
         (0.0 * v.sum()).backward()
 
@@ -129,7 +129,7 @@ def micro_backward(fwd, vfwd, batch, r, denom, dev, args, W: int, share_prefix: 
     ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
     share = float(algos.agg_count(mask, agg)) / denom  # micro-batch's part of the global normaliser
     out = torch.zeros(6, dtype=torch.float64)
-    with policy.autocast(dev, enabled=None if args.bf16 else False):
+    with policy.autocast(dev, enabled=config.bf16(args)):
         logp, ent = fwd(ids, attn, mask, with_entropy=True, temperature=args.temperature, share_prefix=share_prefix)
     adv = batch["adv"][r].to(dev)
     old = logp.detach() if batch["old_logp"] is None else batch["old_logp"][r].to(dev)
@@ -143,7 +143,7 @@ def micro_backward(fwd, vfwd, batch, r, denom, dev, args, W: int, share_prefix: 
     if args.kl_coef > 0:
         out[2] = float(terms["kl"].detach()) * share
     if vfwd is not None:
-        with policy.autocast(dev, enabled=None if args.bf16 else False):
+        with policy.autocast(dev, enabled=config.bf16(args)):
             v = vfwd(ids, attn, share_prefix=share_prefix)
         vl = algos.value_loss(v, batch["values"][r].to(dev), batch["returns_tok"][r].to(dev), mask,
                               args.value_clip, agg, norm_len=config.loss_norm_len(args))
@@ -236,7 +236,7 @@ def prepare_batch(local, R, owner, fres, model, critic, ref, tok, args, dist, re
     share = dist.share_prefix    # the update's forward path, so the first ratio is exactly 1
     for sl in [r for _, micros in batch["plan"] for r in micros if r is not None] if needed else []:
         a = (ids[sl].to(dev), attn[sl].to(dev), mask[sl].to(dev))
-        with policy.autocast(dev, enabled=None if args.bf16 else False):
+        with policy.autocast(dev, enabled=config.bf16(args)):
             # log-probs of the sampling policy: logits / rollout temperature (as verl); 1.0 by default
             if old_now:
                 old[sl] = policy.token_logprobs(model, *a, temperature=args.temperature, share_prefix=share)[0].cpu()

@@ -18,10 +18,15 @@ FLOPs: 2 per multiply-add. Per token, the body's linear layers cost 2 * N_body (
 linear layers), the LM head 2 * V * d, attention 4 * ctx * heads * head_dim per layer (QK^T and PV); backward =
 2 x forward. Bytes (memory-bound phases): the weights once per step + the KV cache read (B * ctx * 2 * layers *
 kv_heads * head_dim * 4 bytes). "floor" = max(FLOPs / peak, bytes / bandwidth): the roofline time on this machine.
-Left out: GPU timings, bf16 (emulated on CPUs without AVX512-BF16/AMX, never the default there).
+--precision bf16 runs every phase as train.py does in bf16: sampling with the bf16 copy of the weights
+(policy.bf16_copy: bf16 weights, activations and KV cache), the train and MI passes under bf16 autocast; peak =
+the bf16 matmul peak, bytes = bf16 weights and KV cache for the sampling phases. On a CPU without AVX512-BF16/AMX
+bf16 is emulated (slower than fp32, never the default there).
+Left out: GPU timings.
 
 Run:  python bench/phases.py                              (SmolLM2, threads 1 and 2, ~5-10 min on 2 cores)
       python bench/phases.py --write docs/speed.md        (same, and replace the table block of docs/speed.md)
+      python bench/phases.py --precision fp32,bf16 --threads 2 (both precisions, where bf16 is native)
       python bench/phases.py --model tiny --quick         (smoke run, under a minute)
 Not a test: nothing is asserted; numbers depend on the machine and its load (the header records both).
 """
@@ -50,9 +55,9 @@ BEGIN, END = "<!-- phases:begin -->", "<!-- phases:end -->"
 
 
 # ------------------------------------------------------------------------------------------ machine and model
-def matmul_peak(n: int = 1024, reps: int = 10) -> float:
-    """fp32 GEMM GFLOP/s, best of `reps` (n x n times n x n)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_peak(n: int = 1024, reps: int = 10, dtype=torch.float32) -> float:
+    """GEMM GFLOP/s in `dtype`, best of `reps` (n x n times n x n)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     best = min(_timed(lambda: a @ b) for _ in range(reps))
     return 2 * n ** 3 / best / 1e9
 
@@ -74,14 +79,16 @@ def _timed(fn) -> float:
 class Shape:
     """The FLOP / byte model of a Llama-shaped causal LM."""
 
-    def __init__(self, model):
+    def __init__(self, model, elt: int = 4):
+        """elt: bytes per weight and KV element on the sampling path (4 fp32, 2 bf16)."""
         cfg = model.config.get_text_config()
         self.layers, self.heads, self.kv_heads = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         head = model.get_output_embeddings().weight
         self.n_head = head.numel()  # V * d
         self.n_body = sum(m.weight.numel() for m in model.get_decoder().modules() if isinstance(m, torch.nn.Linear))
-        self.weight_bytes = 4 * (self.n_body + self.n_head)
+        self.elt = elt
+        self.weight_bytes = elt * (self.n_body + self.n_head)
 
     def linear(self, tokens: float, head_tokens: float) -> float:
         """Forward FLOPs of the linear layers for `tokens` through the body and `head_tokens` through the LM head."""
@@ -92,7 +99,7 @@ class Shape:
         return 4 * queries * mean_ctx * self.heads * self.head_dim * self.layers
 
     def kv_bytes(self, rows: int, ctx: int) -> float:
-        return rows * ctx * 2 * self.layers * self.kv_heads * self.head_dim * 4
+        return rows * ctx * 2 * self.layers * self.kv_heads * self.head_dim * self.elt
 
 
 # -------------------------------------------------------------------------------------------------- phases
@@ -101,6 +108,7 @@ def random_ids(n: int, g: torch.Generator) -> list:
 
 
 def phase_prefill(model, shape, a, g):
+    model = sampling.sampling_model(model, "cpu", a.bf16)[0]      # what sampling.generate encodes with
     B, L = a.prefill
     ctx = [random_ids(L, g) for _ in range(B)]
     kv = sampling.KVStore()
@@ -167,21 +175,22 @@ def timed_functions(module, names, clock: collections.Counter):
             setattr(module, name, f)
 
 
-def phase_decode(model, tok, shape, B, ctx, steps, g):
+def phase_decode(model, tok, shape, B, ctx, steps, g, bf16: bool = False):
     """Decode steps through sampling.generate; returns the decode row, plus the per-step time generate spends
     outside the forward (sampling, stop checks, its own bookkeeping) and the KV assembly time of the turn."""
-    kv, contexts = filled_store(model, shape, B, ctx, g)
-    clock = ForwardClock(model)
+    run = sampling.sampling_model(model, "cpu", bf16)[0]           # the module generate runs (bf16: the copy)
+    kv, contexts = filled_store(run, shape, B, ctx, g)
+    clock = ForwardClock(run)
     kv_clock = collections.Counter()
     try:  # two turns on one KVStore; the second is measured (its batch cache reuses the first's memory)
         with timed_functions(sampling, ("_batch_cache", "_store_rows"), kv_clock):
             out = sampling.generate(model, tok, contexts, max_new_tokens=steps, stop=(), kv=kv, keys=range(B),
-                                    drop_every=0)
+                                    drop_every=0, bf16=bf16)
             contexts = [c + ids + [1000] for c, (ids, _) in zip(contexts, out)]
             clock.seconds, clock.calls = 0.0, 0
             kv_clock.clear()
             total = _timed(lambda: sampling.generate(model, tok, contexts, max_new_tokens=steps, stop=(), kv=kv,
-                                                     keys=range(B), drop_every=0))
+                                                     keys=range(B), drop_every=0, bf16=bf16))
     finally:
         clock.remove()
     per_step = clock.seconds / clock.calls
@@ -223,7 +232,8 @@ def phase_train(model, shape, a, g):
     model.train()
 
     def step():
-        logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True)
+        with policy.autocast("cpu", enabled=a.bf16):
+            logp, ent = policy.token_logprobs(model, ids, attn, mask, with_entropy=True)
         ((logp + 0.01 * ent).sum() / mask.sum()).backward()
         model.zero_grad(set_to_none=True)
     try:
@@ -235,20 +245,22 @@ def phase_train(model, shape, a, g):
     fwd = shape.linear(tokens, B * N) + shape.attn(Lp, Lp / 2) + shape.attn(B * N, Lp + N / 2)
     flops = 3 * fwd + shape.linear(0, B * N)  # backward = 2 x forward, + the checkpointed LM head's recompute
     return dict(phase="train fwd+bwd", shape=f"{B} rows x ({Lp} shared + {N}) tokens", sec=sec, flops=flops,
-                bytes=shape.weight_bytes)
+                bytes=4 * (shape.n_body + shape.n_head))                    # fp32 master weights (autocast)
 
 
 def phase_mi(model, shape, a, g):
     P, Lx, M, Lz = a.mi
     prompts = [random_ids(Lx, g) for _ in range(P)]
     reasonings = [random_ids(Lz, g) for _ in range(M)]
-    run = lambda: mi_proxy.cross_log_probs(model, prompts, reasonings)  # noqa: E731
+    def run():
+        with policy.autocast("cpu", enabled=a.bf16):
+            return mi_proxy.cross_log_probs(model, prompts, reasonings)
     run()
     sec = min(_timed(run) for _ in range(a.repeats))
     flops = (shape.linear(P * Lx, 0) + shape.attn(P * Lx, Lx / 2)
              + shape.linear(P * M * Lz, P * M * Lz) + shape.attn(P * M * Lz, Lx + Lz / 2))
     return dict(phase="MI scoring", shape=f"{P} prompts ({Lx}) x {M} reasonings ({Lz})", sec=sec, flops=flops,
-                bytes=shape.weight_bytes)
+                bytes=4 * (shape.n_body + shape.n_head))
 
 
 def phase_rollout_host(model, tok, a):
@@ -281,9 +293,10 @@ def rollout_split(model, tok, a):
         kind = "decode" if kwargs["input_ids"].shape[1] == 1 else "turn prefill"
         clock[kind] += time.perf_counter() - state["t"]
         rows[kind] += kwargs["input_ids"].numel()
-    handles = [model.register_forward_pre_hook(pre, with_kwargs=True),
-               model.register_forward_hook(post, with_kwargs=True)]
-    cfg = rollout.RolloutConfig(env="frozenlake", max_new_tokens=tokens, max_turns=turns)
+    run = sampling.sampling_model(model, "cpu", a.bf16)[0]
+    handles = [run.register_forward_pre_hook(pre, with_kwargs=True),
+               run.register_forward_hook(post, with_kwargs=True)]
+    cfg = rollout.RolloutConfig(env="frozenlake", max_new_tokens=tokens, max_turns=turns, bf16=a.bf16)
     torch.manual_seed(0)
     try:
         trajs = []
@@ -317,16 +330,17 @@ def table(rows, peak, bw) -> list:
 def run_threads(model, tok, shape, threads, a) -> list:
     torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
-    load0, peak0, bw = os.getloadavg()[0], matmul_peak(), copy_bandwidth()
+    dtype = torch.bfloat16 if a.bf16 else torch.float32
+    load0, peak0, bw = os.getloadavg()[0], matmul_peak(dtype=dtype), copy_bandwidth()
     rows = [phase_prefill(model, shape, a, g)]
     notes = []
     for B, ctx in a.decode:
-        row, other, kv_s, kv_b = phase_decode(model, tok, shape, B, ctx, a.steps, g)
+        row, other, kv_s, kv_b = phase_decode(model, tok, shape, B, ctx, a.steps, g, a.bf16)
         rows.append(row)
         notes.append((B, ctx, other, kv_s, kv_b))
     rows.append(phase_sampling(model, tok, a.decode[-1][0], a.steps, g))
     small, stok = policy.load("tiny")
-    _, other_tiny, _, _ = phase_decode(small, stok, Shape(small), a.decode[-1][0], 64, a.steps, g)
+    _, other_tiny, _, _ = phase_decode(small, stok, Shape(small, shape.elt), a.decode[-1][0], 64, a.steps, g, a.bf16)
     rows.append(dict(phase="generate bookkeeping", shape=f"per step, {a.decode[-1][0]} rows (tiny model)",
                      sec=other_tiny, flops=None, bytes=None))
     B, ctx, other, kv_s, kv_b = notes[-1]
@@ -335,8 +349,9 @@ def run_threads(model, tok, shape, threads, a) -> list:
     rows.append(phase_train(model, shape, a, g))
     rows.append(phase_mi(model, shape, a, g))
     rows.append(phase_rollout_host(model, tok, a))
-    peak = max(peak0, matmul_peak())
-    lines = [f"**{threads} thread{'s' if threads > 1 else ''}**: fp32 matmul peak {peak:.0f} GFLOP/s (start "
+    peak = max(peak0, matmul_peak(dtype=dtype))
+    lines = [f"**{a.precision_now}, {threads} thread{'s' if threads > 1 else ''}**: {a.precision_now} matmul peak "
+             f"{peak:.0f} GFLOP/s (start "
              f"{peak0:.0f}), copy bandwidth {bw:.1f} GB/s, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}", ""]
     lines += table(rows, peak, bw)
     lines.append("")
@@ -373,6 +388,7 @@ def main(argv=None):
     ap.add_argument("--rollout", default="4x4x3x48", help="P x G x turns x tokens of the real rollout (0x0x0x0: skip)")
     ap.add_argument("--repeats", type=int, default=2, help="timings per phase (the best is kept)")
     ap.add_argument("--quick", action="store_true", help="tiny shapes (a smoke run)")
+    ap.add_argument("--precision", default="fp32", help="comma list of fp32, bf16: one set of tables each")
     ap.add_argument("--write", default="", help=f"markdown file whose {BEGIN} ... {END} block is replaced")
     a = ap.parse_args(argv)
     if a.quick:
@@ -384,17 +400,23 @@ def main(argv=None):
     a.mi = parse_shape(a.mi, 4, "--mi")
     a.rollout_shape = parse_shape(a.rollout, 4, "--rollout")
     threads = [int(t) for t in a.threads.split(",")]
+    precisions = a.precision.split(",")
+    if not precisions or any(p not in ("fp32", "bf16") for p in precisions):
+        ap.error(f"--precision must be a comma list of fp32, bf16, got {a.precision!r}")
     if a.write and (not Path(a.write).is_file() or BEGIN not in Path(a.write).read_text()):
         ap.error(f"--write: {a.write} must exist and contain the lines {BEGIN} and {END}")
     model, tok = policy.load(a.model)
     model.requires_grad_(True)
-    shape = Shape(model)
-    sampling.generate(model, tok, [tok.encode("Hello")], max_new_tokens=2)  # one-off costs (stop tables, kernels)
     cmd = "python bench/phases.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    lines = [f"`{cmd.strip()}` ({a.model}, fp32, torch {torch.__version__}, {os.cpu_count()} CPUs "
-             f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')})", ""]
-    for t in threads:
-        lines += run_threads(model, tok, shape, t, a) + [""]
+    lines = [f"`{cmd.strip()}` ({a.model}, torch {torch.__version__}, {os.cpu_count()} CPUs "
+             f"{platform.processor() or platform.machine()}, native bf16: {policy.bf16_supported('cpu')}, "
+             f"{time.strftime('%Y-%m-%d')})", ""]
+    for prec in precisions:
+        a.bf16, a.precision_now = prec == "bf16", prec
+        shape = Shape(model, 2 if a.bf16 else 4)
+        sampling.generate(model, tok, [tok.encode("Hello")], max_new_tokens=2, bf16=a.bf16)  # one-off costs
+        for t in threads:
+            lines += run_threads(model, tok, shape, t, a) + [""]
     print("\n".join(lines), flush=True)
     if a.write:
         path = Path(a.write)

@@ -289,7 +289,7 @@ def test_tiny_model_rollout_logprobs_have_no_drift(tiny):
         return sampling.generate(*args, **kw)
 
     torch.manual_seed(0)
-    cfg = RolloutConfig(env="frozenlake", max_new_tokens=8, max_turns=2)
+    cfg = RolloutConfig(env="frozenlake", max_new_tokens=8, max_turns=2, bf16=False)  # exactness: fp32 pinned
     trajs = rollout.rollout(model, tok, cfg, [10, 11], 2, generate_fn=counting_generate)
     assert calls == [4, 4]  # random text never acts validly: everyone plays both turns, one call per turn
     for tr in trajs:
@@ -301,7 +301,7 @@ def test_tiny_model_rollout_logprobs_have_no_drift(tiny):
     assert [tr.input_ids for tr in again] == [tr.input_ids for tr in trajs]  # seeded -> reproducible
     torch.manual_seed(0)  # re-encoding every turn instead of reusing KV states: the same samples
     plain = rollout.rollout(model, tok, RolloutConfig(env="frozenlake", max_new_tokens=8, max_turns=2,
-                                                      reuse_kv=False), [10, 11], 2)
+                                                      reuse_kv=False, bf16=False), [10, 11], 2)
     assert [tr.input_ids for tr in plain] == [tr.input_ids for tr in trajs]
     for tr, ref in zip(plain, trajs):
         for t, r in zip(tr.turns, ref.turns):
@@ -312,7 +312,7 @@ def test_tiny_model_rollout_logprobs_have_no_drift(tiny):
 def test_smollm2_rollout_two_envs_two_turns():
     model, tok = policy.load("smollm2-135m")
     torch.manual_seed(0)
-    cfg = RolloutConfig(env="frozenlake", max_new_tokens=48, max_turns=2)
+    cfg = RolloutConfig(env="frozenlake", max_new_tokens=48, max_turns=2, bf16=False)  # fp32: exact recomputation
     trajs = rollout.rollout(model, tok, cfg, [123], 2)
     assert len(trajs) == 2 and trajs[0].turns[0].x_ids == trajs[1].turns[0].x_ids
     for tr in trajs:
@@ -352,7 +352,7 @@ def test_dropping_finished_rows_changes_no_sample(tiny):
         for turn in range(2):
             # stop string "e": most tokens contain one, so rows stop after different numbers of steps
             out = sampling.generate(model, tok, ctx, max_new_tokens=12, temperature=1.0, stop=("e",), kv=kv,
-                                    keys=range(5), drop_every=drop_every)
+                                    keys=range(5), drop_every=drop_every, bf16=False)
             outs.append(out)
             ctx = [c + ids + [11, 12, 13] for c, (ids, _) in zip(ctx, out)]
         results[drop_every] = (outs, kv)
