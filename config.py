@@ -35,7 +35,7 @@ class UsageError(ValueError):
 
 
 # Flags added after runs were made: a saved config.json without them resumes with the behaviour it was made with.
-LEGACY = {"score_temperature": "1"}
+LEGACY = {"score_temperature": "1", "mi_precision": "train"}
 
 
 def flag(default, help: str, group: str, choices=None):
@@ -60,7 +60,9 @@ class Args:
     cpu: bool = flag(False, "force CPU even when CUDA is available (needed for `torchrun` on CPU)", "run")
     # --- model -----------------------------------------------------------------------------------------------
     model: str = flag("smollm2-135m", "smollm2-135m (embedded GGUF), tiny (random, tests), a HF id or a local path", "model")
-    bf16: bool = flag(True, "bf16 autocast where the hardware supports it (weights stay fp32)", "model")
+    bf16: bool = flag(True, "bf16 where the hardware has native bf16 (AVX512-BF16, AMX, CUDA): rollouts sample with a bf16 "
+                      "copy of the weights (policy.bf16_copy), the update runs under bf16 autocast on fp32 master "
+                      "weights. --no-bf16: fp32 everywhere. $NANORAGEN_BF16=0/1 overrides the hardware check", "model")
     lora_rank: int = flag(0, "LoRA rank r through peft: only the adapters train, the KL reference / frozen MI scorer is the "
                           "base model with adapters disabled; 0 = full fine-tuning", "model")
     lora_alpha: float = flag(32.0, "LoRA scale numerator alpha (update = alpha/r * B A)", "model")
@@ -125,7 +127,8 @@ class Args:
     loss_scaling: str = flag("none", "scale the task loss by the kept ratio: none | linear | sqrt", "filter",
                              ["none", "linear", "sqrt"])
     # --- MI proxy ----------------------------------------------------------------------------------------------
-    mi_every: int = flag(5, "MI proxy on the unfiltered batch at step 1 and every N steps; 0 = off", "mi")
+    mi_every: int = flag(5, "MI proxy on the unfiltered batch at the first step (logged step 0) and at logged steps N-1, "
+                     "2N-1, ...; 0 = off", "mi")
     mi_samples: int = flag(64, "(x, z) pairs per family", "mi")
     mi_families: str = flag("first_turn,trajectory", "comma-separated: first_turn, trajectory", "mi")
     mi_scorer: str = flag("policy", "score with the current policy, a frozen copy of the initial model, or both", "mi",
@@ -134,6 +137,9 @@ class Args:
     score_temperature: str = flag("rollout", "temperature of the MI cross-scores and the entropy filter statistic: "
                                   "rollout (= --temperature, as the reference) | 1 (the raw model distribution)", "mi",
                                   ["rollout", "1"])
+    mi_precision: str = flag("fp32", "precision of the MI cross-scores (policy and frozen scorer): fp32 (default: bf16 "
+                             "rounding moves L_seq by ~0.15 nats, as much as the low-MI signal) | train (as --bf16)", "mi",
+                             ["fp32", "train"])
     # --- gradient analysis (snr.py, paper Fig. 3) --------------------------------------------------------------
     grad_analysis_every: int = flag(0, "task/entropy/KL gradient norms per RV bucket of the unfiltered batch at step 0 "
                                     "and every N steps (before the update; costs one forward over the batch plus, twice, a forward with up to 3 "
@@ -215,6 +221,8 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
             kw["type"] = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else f.type.__name__]
             if f.metadata["choices"]:
                 kw["choices"] = f.metadata["choices"]
+                if "" in kw["choices"]:                 # "" = none: not shown as an empty choice in --help
+                    kw["metavar"] = "{" + ",".join(c for c in kw["choices"] if c) + "}"
         groups[g].add_argument("--" + f.name.replace("_", "-"), **kw)
     return p
 
@@ -381,6 +389,17 @@ def loss_norm_len(a: Args) -> int:
     """C of seq-mean-token-sum-norm: a trajectory's whole generation budget, --max-new-tokens x turns (the env's
     default turns unless --max-turns); for single-turn tasks that is --max-new-tokens, the Dr.GRPO constant."""
     return a.max_new_tokens * (a.max_turns or _env_turns(a.env, a.env_options))
+
+
+def bf16(a: Args) -> bool | None:
+    """`enabled=` for policy.autocast in rollout, update and the no-grad passes that must match them: None = bf16
+    where the hardware has it (--bf16, the default), False = fp32 (--no-bf16)."""
+    return None if a.bf16 else False
+
+
+def mi_bf16(a: Args) -> bool | None:
+    """`bf16=` of the MI cross-scores (--mi-precision): fp32 unless asked to follow the training precision."""
+    return bf16(a) if a.mi_precision == "train" else False
 
 
 def score_temperature(a: Args) -> float:

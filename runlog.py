@@ -82,9 +82,10 @@ class RunLog:
             self._metrics = open(self.dir / "metrics.jsonl", "a", buffering=1)
             self._samples = open(self.dir / "samples.jsonl", "a", buffering=1)
 
-    def write_config(self, config: dict) -> None:
+    def write_config(self, config: dict, run_env: dict | None = None) -> None:
+        """config.json: the flags, and where / with what they ran (environment_info + run_env, e.g. precision)."""
         if self.enabled:
-            payload = {"flags": config, "env": environment_info()}
+            payload = {"flags": config, "env": {**environment_info(), **(run_env or {})}}
             old = self.dir / "config.json"
             if old.exists():   # a resume: keep where and with what code the earlier invocations ran
                 before = json.loads(old.read_text())
@@ -281,13 +282,20 @@ def _plain(v):
     return v
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python runlog.py runs/<name>")
-    if not Path(sys.argv[1]).is_dir():
-        sys.exit(f"{sys.argv[1]}: no such run directory")
-    rows = read_metrics(sys.argv[1])
+def main(argv=None) -> None:
+    """CLI: print the last logged row of a run, one key per line (`python runlog.py runs/<name>`)."""
+    import argparse
+    ap = argparse.ArgumentParser(description="Print the last logged metrics row of a run directory, one key a line.")
+    ap.add_argument("run", help="a run directory, e.g. runs/demo (holds config.json and metrics.jsonl)")
+    args = ap.parse_args(argv)
+    if not Path(args.run).is_dir():
+        ap.error(f"{args.run}: no such run directory")
+    rows = read_metrics(args.run)
     if not rows:
-        sys.exit(f"no metrics in {sys.argv[1]}")
+        ap.error(f"no metrics in {args.run}")
     for k, v in sorted(rows[-1].items()):
         print(f"{k:48s} {v}")
+
+
+if __name__ == "__main__":
+    main()

@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 import config
+import envs
 import filter as rvfilter
 import mi_proxy
 import policy
@@ -179,7 +180,7 @@ def mi_metrics(step, trajs, model, frozen, args, emas, dist: Dist) -> dict:
             emas.setdefault(key, mi_proxy.ZScoreEMA())
             m = mi_proxy.mi_report(scorer, everything, family=family, num_samples=args.mi_samples, rng=rng,
                                    ema=emas[key], n_perm=args.mi_null, pairs=pairs,
-                                   bf16=None if args.bf16 else False, temperature=config.score_temperature(args))
+                                   bf16=config.mi_bf16(args), temperature=config.score_temperature(args))
             out.update({f"mi_{key}/{k}": v for k, v in m.items()})
     return out
 
@@ -468,7 +469,7 @@ def rollout_config(args) -> rollout.RolloutConfig:
                                  max_turns=args.max_turns or None, max_new_tokens=args.max_new_tokens,
                                  temperature=args.temperature, top_p=args.top_p_sampling, think=args.think,
                                  format_penalty=args.format_penalty, max_context=args.max_context,
-                                 bf16=None if args.bf16 else False, val_temperature=args.val_temperature)
+                                 bf16=config.bf16(args), val_temperature=args.val_temperature)
 
 
 def refuse_existing(run_dir: Path, args) -> None:
@@ -508,11 +509,21 @@ def open_run(run_dir: Path, args, dist: Dist):
     return lock, ckpt
 
 
+def run_environment(args, device) -> dict:
+    """What decided this run's numbers beyond its flags: the precision path (it depends on the CPU) and, for envs
+    that run model-written code, the isolation they used."""
+    bf16 = policy.bf16_default(device) if args.bf16 else False
+    return {"native_bf16": policy.bf16_supported(device),
+            "precision": {"rollout": "bf16 weight copy" if bf16 else "fp32", "update": "bf16 autocast" if bf16 else
+                          "fp32", "mi": "fp32" if config.mi_bf16(args) is False else ("bf16" if bf16 else "fp32")},
+            "env_isolation": getattr(envs.make_env(args.env, **json.loads(args.env_options)), "isolation", None)}
+
+
 def open_log(run_dir: Path, args, acc, dist: Dist, resumed_at: int | None) -> runlog.RunLog:
     """config.json, metrics cut back to the checkpoint on --resume (all of it when there is none), trackers."""
     acc.wait_for_everyone()
     log = runlog.RunLog(run_dir, enabled=dist.main)
-    log.write_config(dataclasses.asdict(args))
+    log.write_config(dataclasses.asdict(args), run_environment(args, acc.device))
     if dist.main:
         (run_dir / "finished.json").unlink(missing_ok=True)       # written again when this invocation completes
     if args.resume:
@@ -617,7 +628,7 @@ def traj_statistic(local, R, owner, model, args, dist: Dist) -> torch.Tensor:
         if args.filter_metric == "length":
             vals += b["loss_mask"].sum(1).float().tolist()
             continue
-        with policy.autocast(dev, enabled=None if args.bf16 else False):
+        with policy.autocast(dev, enabled=config.bf16(args)):
             _, ent = policy.token_logprobs(model, b["input_ids"].to(dev), b["attention_mask"].to(dev),
                                            b["loss_mask"].to(dev), with_entropy=True,
                                            temperature=config.score_temperature(args))

@@ -175,6 +175,8 @@ def test_smoke_run_of_demo_settings_writes_everything(tmp_path):
     assert (d / "plots" / "overview.png").exists() and (d / "samples.jsonl").read_text().strip()
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["flags"]["env"] == "bandit" and cfg["env"]["torch"] == torch.__version__
+    assert cfg["env"]["precision"] == {"rollout": "fp32", "update": "fp32", "mi": "fp32"}          # --no-bf16
+    assert cfg["env"]["native_bf16"] == policy.bf16_supported("cpu") and cfg["env"]["env_isolation"] is None
 
 
 # ------------------------------------------------------------------------------------------------- distributed
