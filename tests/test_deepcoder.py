@@ -1,6 +1,10 @@
 """deepcoder.py (+ deepcoder_problems.py): every reference passes every test in the sandbox, wrong programs fail,
 the pass-fraction reward on hand-built answers, fences, '||', the train/validation split, determinism, hostile
-answers, options, and a train.py smoke run."""
+answers (reward hacking by reading the problems, forged reports: 0, never raising), fail-closed isolation, options,
+and a train.py smoke run. Runs under bubblewrap where it works, else under isolation='process' (stated skips)."""
+import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,9 @@ from deepcoder_problems import PROBLEMS
 
 PROJECT = Path(__file__).resolve().parents[1]
 BY_NAME = {p["name"]: p for p in PROBLEMS}
+BWRAP_MISSING = sandbox._probe(sys.executable)          # '' when the boundary works here, else the reason
+ISO = "process" if BWRAP_MISSING else "bwrap"
+needs_bwrap = pytest.mark.skipif(bool(BWRAP_MISSING), reason=f"bubblewrap unavailable: {BWRAP_MISSING}")
 
 
 def answer(env, code):
@@ -26,7 +33,7 @@ def answer(env, code):
 def env_on(problem_name, **options):
     """A DeepCoder env reset on the first seed that draws `problem_name` (split='all'). A 10 s timeout by default
     (official 3 s), so that correct programs pass on a busy machine too."""
-    env = envs.make_env("deepcoder", split="all", **{"timeout": 10.0, **options})
+    env = envs.make_env("deepcoder", split="all", **{"timeout": 10.0, "isolation": ISO, **options})
     for seed in range(10_000):
         env.reset(seed)
         if env.problem["name"] == problem_name:
@@ -50,7 +57,8 @@ def test_problem_set_has_60_plus_varied_well_formed_problems():
 def test_every_reference_passes_every_test_in_the_sandbox():
     failures = []
     for p in PROBLEMS:
-        passed, total, result = deepcoder.grade(p["reference"], p, sandbox.Limits(wall_s=20.0, cpu_s=10))
+        passed, total, result = deepcoder.grade(p["reference"], p, sandbox.Limits(wall_s=20.0, cpu_s=10),
+                                                isolation=ISO)
         if passed != total:
             failures.append((p["name"], passed, total, result.status, result.errors))
     assert failures == []
@@ -98,15 +106,15 @@ def test_hidden_expected_outputs_never_reach_the_child(monkeypatch):
         return sandbox.Result("ok", ["x"] * len(inputs), [None] * len(inputs), "", 0, 0.0, "")
     monkeypatch.setattr(sandbox, "run", fake_run)
     p = BY_NAME["collatz_steps"]
-    deepcoder.grade("code", p)
+    deepcoder.grade("code", p, isolation=ISO)
     (code, inputs, mode, func_name, kw), = calls
     assert inputs == [repr(tuple(args)) for args, _ in p["public"] + p["hidden"]] and mode == "function"
-    assert set(kw) == {"limits", "user", "python"}                               # nothing else is passed
+    assert set(kw) == {"limits", "user", "python", "isolation"}                  # nothing else is passed
 
 
 # -------------------------------------------------------------------------------------------- env behaviour
 def test_reset_is_deterministic_and_independent_of_call_order():
-    a, b = envs.make_env("deepcoder"), envs.make_env("deepcoder")
+    a, b = envs.make_env("deepcoder", isolation=ISO), envs.make_env("deepcoder", isolation=ISO)
     seeds = [123, 124, 10000, 10001, 10002, 555]
     first = [a.reset(s) for s in seeds]
     second = [b.reset(s) for s in reversed(seeds)][::-1]
@@ -127,7 +135,7 @@ def test_observation_shows_public_examples_never_hidden_tests():
 
 
 def test_split_is_disjoint_seeded_and_follows_the_seed_range():
-    env = envs.make_env("deepcoder")
+    env = envs.make_env("deepcoder", isolation=ISO)
     train_names, val_names = {p["name"] for p in env.train}, {p["name"] for p in env.val}
     assert len(val_names) == 14 and not train_names & val_names and train_names | val_names == set(BY_NAME)
     # train.py's default seeds: validation 123 + i, training 10000 + s * P + i
@@ -139,13 +147,13 @@ def test_split_is_disjoint_seeded_and_follows_the_seed_range():
         env.reset(seed)
         drawn.add(env.problem["name"])
     assert drawn <= train_names and len(drawn) > len(train_names) // 2
-    other = envs.make_env("deepcoder", split_seed=1)
+    other = envs.make_env("deepcoder", isolation=ISO, split_seed=1)
     assert {p["name"] for p in other.val} != val_names                          # the split depends on split_seed
-    assert {p["name"] for p in envs.make_env("deepcoder").val} == val_names     # and only on it
-    forced = envs.make_env("deepcoder", split="train", val_problems=5)
+    assert {p["name"] for p in envs.make_env("deepcoder", isolation=ISO).val} == val_names     # and only on it
+    forced = envs.make_env("deepcoder", isolation=ISO, split="train", val_problems=5)
     forced.reset(123)
     assert forced.problem["name"] not in {p["name"] for p in forced.val} and len(forced.val) == 5
-    assert envs.make_env("deepcoder", split="val").pool(99999) == env.val
+    assert envs.make_env("deepcoder", isolation=ISO, split="val").pool(99999) == env.val
 
 
 def test_reward_rules_on_hand_built_answers():
@@ -202,20 +210,91 @@ def test_hostile_answers_score_zero_and_return():
         assert (reward, env.done, env.success) == (0.0, True, False), code
 
 
+# reward hacking by lookup: find deepcoder_problems.py (the checkout, through /proc of the parent or a guessed
+# path), load it, and answer every call from the hidden tests. Against a readable checkout this scores 1.0.
+LOOKUP = f"""import os
+def _problems():
+    paths = [{str(PROJECT / 'deepcoder_problems.py')!r}]
+    for pid in os.listdir('/proc'):
+        paths += [f'/proc/{{pid}}/cwd/deepcoder_problems.py', f'/proc/{{pid}}/root{PROJECT}/deepcoder_problems.py']
+    for path in paths:
+        try:
+            scope = {{}}
+            exec(open(path).read(), scope)
+            return scope['PROBLEMS']
+        except Exception:
+            pass
+    return []
+def add_numbers(*args):
+    for p in _problems():
+        for a, expected in p['public'] + p['hidden']:
+            if p['name'] == 'add_numbers' and tuple(a) == args:
+                return expected
+    return 'not found'
+"""
+
+
+@needs_bwrap
+def test_reward_hacking_by_reading_the_problems_scores_zero():
+    for audit in (True, False):                      # the audit hook off too: the boundary alone holds
+        r = sandbox.run(LOOKUP, ["(2, 3)"], "function", "add_numbers", audit=audit)
+        assert r.isolation == "bwrap" and r.outputs in (["not found"], [None]), r
+    reward, info = answer(env_on("add_numbers"), LOOKUP)
+    assert (reward, info["passed"], info["isolation"]) == (0.0, 0, "bwrap")
+    assert answer(env_on("add_numbers"), BY_NAME["add_numbers"]["reference"])[0] == 1.0   # the honest way works
+
+
+@pytest.mark.parametrize("report", ["[" * 200_000, json.dumps({"outputs": [["5"]] * 6, "errors": [None] * 6}),
+                                    json.dumps({"outputs": [5] * 6, "errors": [None] * 6}),
+                                    json.dumps({"outputs": ["5"] * 7, "errors": [None] * 7}), "{" * 100 + '"'])
+def test_forged_reports_score_zero_and_never_raise(report):
+    code = f"import os\nos.write(1, {(sandbox.REPORT_MARK + report).encode()!r})\nos._exit(0)"
+    env = env_on("add_numbers")
+    reward, info = answer(env, code)
+    assert (reward, info["passed"], env.done) == (0.0, 0, True) and info["status"] == "no_report"
+
+
+def test_grade_scores_zero_when_the_run_cannot_be_read(monkeypatch):
+    def broken(*a, **kw):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(sandbox, "run", broken)
+    passed, total, result = deepcoder.grade("print(1)", BY_NAME["shout"], isolation=ISO)
+    assert (passed, result.status) == (0, "error") and total > 0 and "No space" in result.detail
+    for outputs in ([["x"]] * total, [7] * total, ["x"]):           # wrongly typed or sized: 0, no exception
+        monkeypatch.setattr(sandbox, "run", lambda *a, o=outputs, **kw: sandbox.Result("ok", o, [None] * len(o), "",
+                                                                                       0, 0.0, ""))
+        assert deepcoder.grade("x", BY_NAME["shout"], isolation=ISO)[0] == 0
+
+
+def test_fail_closed_without_bubblewrap(monkeypatch):
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
+    sandbox._probe.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="isolation='process'") as e:
+            envs.make_env("deepcoder")
+        assert "\n" not in str(e.value)
+        with pytest.raises(train.config.UsageError, match="--env-options: isolation='bwrap'"):
+            train.config.resolve(["--preset", "smoke", "--env", "deepcoder"])
+        env = envs.make_env("deepcoder", isolation="process")          # the weaker sandbox, asked for explicitly
+        assert env.isolation == "process"
+    finally:
+        sandbox._probe.cache_clear()
+
+
 def test_options_are_validated():
     for bad in (dict(split="test"), dict(val_problems=0), dict(val_problems=len(PROBLEMS)), dict(split_seed=-1),
                 dict(strip_fences="yes"), dict(timeout=0), dict(timeout=True), dict(memory_mb=16),
-                dict(user=""), dict(python=3), dict(max_tokens=0)):
+                dict(user=""), dict(python=3), dict(max_tokens=0), dict(isolation="docker")):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            envs.make_env("deepcoder", **bad)
+            envs.make_env("deepcoder", **{"isolation": ISO, **bad})
     with pytest.raises(ValueError, match="valid options"):
-        envs.make_env("deepcoder", max_turns=2)                                # single turn, not an option
-    env = envs.make_env("deepcoder", timeout=2.5)
+        envs.make_env("deepcoder", isolation=ISO, max_turns=2)                 # single turn, not an option
+    env = envs.make_env("deepcoder", isolation=ISO, timeout=2.5)
     assert (env.limits.wall_s, env.limits.cpu_s, env.max_turns, env.max_actions) == (2.5, 3, 1, 1)
 
 
 def test_scripted_policy_solves_sampled_instances():
-    env = envs.make_env("deepcoder", timeout=10.0)
+    env = envs.make_env("deepcoder", timeout=10.0, isolation=ISO)
     for seed in (123, 124, 10000, 10001, 10002):
         env.reset(seed)
         _, reward, done, info = env.step(env.solution[0])
@@ -225,7 +304,8 @@ def test_scripted_policy_solves_sampled_instances():
 def test_train_smoke_run_on_deepcoder(tmp_path):
     d = train.main(["--preset", "smoke", "--env", "deepcoder", "--out-dir", str(tmp_path), "--name", "x",
                     "--no-progress", "--steps", "1", "--mi-every", "0", "--val-envs", "1",
-                    "--env-options", '{"timeout": 1.0}'])
+                    "--env-options", json.dumps({"timeout": 1.0, "isolation": ISO})])
     rows = runlog.read_metrics(d)
     assert [r["step"] for r in rows] == [-1, 0] and "deepcoder" in envs.ENV_NAMES
     assert rows[-1]["rollout/num_trajectories"] == 4 and "val/success" in rows[-1]
+    assert json.loads((d / "config.json").read_text())["env"]["env_isolation"] == ISO   # the log says which

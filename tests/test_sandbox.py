@@ -1,10 +1,18 @@
 """sandbox.py: ordinary programs run and report their outputs; hostile ones (fork bomb, infinite loop, huge output,
 writes outside the scratch dir, os.system, reading the project's files, environment secrets, sockets, signals) fail
-their tests or are killed, within a few seconds, and leave no process or file behind."""
+their tests or are killed, within a few seconds, and leave no process or file behind. The bubblewrap boundary is
+tested with the attacks that got past the process sandbox (issue 22): /proc of the parent, an aliased
+_posixsubprocess, exec'd interpreters with sockets, setsid survivors, mknod/mkfifo, a two-faced path, immutable
+files, forged reports, signals and renice to the trainer; they run with the audit hook off (the kernel boundary
+alone) and on. Without bubblewrap (not Linux, no namespaces) those tests skip, saying why, and the rest run under
+isolation='process'."""
+import fcntl
+import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,10 +23,14 @@ PROJECT = Path(__file__).resolve().parents[1]
 # CPU-bound programs die at 1 CPU second; the generous wall keeps that true on a busy machine (where 1 CPU second
 # can take several wall seconds), so the tests check the limit that fired, not the machine's load
 FAST = sandbox.Limits(wall_s=20.0, cpu_s=1)
+BWRAP_MISSING = sandbox._probe(sys.executable)          # '' when the boundary works here, else the reason
+ISO = "process" if BWRAP_MISSING else "bwrap"           # the ordinary tests run under the best isolation available
+needs_bwrap = pytest.mark.skipif(bool(BWRAP_MISSING), reason=f"bubblewrap unavailable: {BWRAP_MISSING}")
 
 
 def run1(code, inp="", **kw):
     """Run a stdin program on one input: (output, error, Result)."""
+    kw.setdefault("isolation", ISO)
     r = sandbox.run(code, [inp], "stdin", limits=kw.pop("limits", FAST), **kw)
     return r.outputs[0], r.errors[0], r
 
@@ -38,18 +50,18 @@ def processes_in(directory: str) -> list:
 # ------------------------------------------------------------------------------------------ ordinary programs
 def test_function_mode_returns_str_of_each_call_and_isolates_failures():
     code = "def f(a, b):\n    print('debug output is not the result')\n    return a + b\n"
-    r = sandbox.run(code, ["(1, 2)", "('x', 'y')", "([1], [2])", "(1,)"], "function", "f", limits=FAST)
+    r = sandbox.run(code, ["(1, 2)", "('x', 'y')", "([1], [2])", "(1,)"], "function", "f", limits=FAST, isolation=ISO)
     assert r.status == "ok"
     assert r.outputs == ["3", "xy", "[1, 2]", None]                   # the bad call fails alone
     assert r.errors[:3] == [None] * 3 and r.errors[3].startswith("TypeError")
     r = sandbox.run("class Solution:\n    def g(self, x):\n        return x * 2\n", ["(21,)"], "function", "g",
-                    limits=FAST)
+                    limits=FAST, isolation=ISO)
     assert r.outputs == ["42"]
-    r = sandbox.run("def other(x):\n    return x\n", ["(1,)"], "function", "g", limits=FAST)
+    r = sandbox.run("def other(x):\n    return x\n", ["(1,)"], "function", "g", limits=FAST, isolation=ISO)
     assert r.outputs == [None] and "NameError" in r.errors[0]
     # the code runs afresh for every input, not as __main__
     r = sandbox.run("n = 0\ndef f():\n    global n\n    n += 1\n    return n\nif __name__ == '__main__':\n"
-                    "    raise SystemExit(3)\n", ["()", "()"], "function", "f", limits=FAST)
+                    "    raise SystemExit(3)\n", ["()", "()"], "function", "f", limits=FAST, isolation=ISO)
     assert r.outputs == ["1", "1"]
 
 
@@ -60,14 +72,14 @@ def test_stdin_mode_serves_every_way_of_reading_input():
             "exit(0)": "import sys\nprint(input()[::-1])\nsys.exit(0)\nprint('never')",
             "stdout.write": "import sys\nsys.stdout.write(input()[::-1] + '\\n')"}
     for name, code in ways.items():
-        r = sandbox.run(code, ["abc\n", "xy\n"], "stdin", limits=FAST)
+        r = sandbox.run(code, ["abc\n", "xy\n"], "stdin", limits=FAST, isolation=ISO)
         assert r.outputs == ["cba\n", "yx\n"], name
     out, err, _ = run1("import sys\nprint('partial')\nsys.exit(2)")
     assert out is None and err.startswith("SystemExit")                # a non-zero exit fails the test
 
 
 def test_syntax_error_fails_every_input_and_stdlib_imports_work():
-    r = sandbox.run("def f(:\n", ["(1,)", "(2,)"], "function", "f", limits=FAST)
+    r = sandbox.run("def f(:\n", ["(1,)", "(2,)"], "function", "f", limits=FAST, isolation=ISO)
     assert r.status == "ok" and r.outputs == [None, None] and all("SyntaxError" in e for e in r.errors)
     code = ("import math, collections, heapq, itertools, functools, bisect, re, string, fractions, statistics, "
             "calendar, textwrap, random, json\nprint(math.gcd(12, 18), calendar.isleap(2024))")
@@ -78,7 +90,7 @@ def test_output_is_truncated_per_input():
     limits = sandbox.Limits(wall_s=20.0, output_chars=100)
     out, err, _ = run1("print('x' * 10**6)", limits=limits)
     assert out == "x" * 100 and err is None
-    r = sandbox.run("def f():\n    return 'y' * 10**6\n", ["()"], "function", "f", limits=limits)
+    r = sandbox.run("def f():\n    return 'y' * 10**6\n", ["()"], "function", "f", limits=limits, isolation=ISO)
     assert r.outputs == ["y" * 100]
 
 
@@ -205,21 +217,24 @@ def kernel_only_settings():
     return {"user": "nobody", "python": python} if probe.returncode == 0 else None
 
 
+KERNEL_ONLY = dict(audit=False, isolation="process")    # the process sandbox's kernel layers alone
+
+
 def test_kernel_limits_hold_without_the_audit_hook():
     settings = kernel_only_settings()
     if settings is None:
         pytest.skip("running as root without a 'nobody'-runnable python3")
     # bounded on purpose: even if RLIMIT_NPROC were not enforced this makes at most 7 short-lived processes
-    out, err, r = run1("import os\nfor _ in range(3):\n    os.fork()", audit=False, **settings)
+    out, err, r = run1("import os\nfor _ in range(3):\n    os.fork()", **KERNEL_ONLY, **settings)
     assert out is None and "BlockingIOError" in err and processes_in(r.scratch) == []
-    out, err, _ = run1("import threading\nthreading.Thread(target=print).start()", audit=False, **settings)
+    out, err, _ = run1("import threading\nthreading.Thread(target=print).start()", **KERNEL_ONLY, **settings)
     assert out is None and "thread" in err
-    out, err, r = run1("while True:\n    pass", audit=False, **settings)
+    out, err, r = run1("while True:\n    pass", **KERNEL_ONLY, **settings)
     assert r.status == "killed"
     if settings:                                                                # as 'nobody': file permissions too
-        out, err, _ = run1(f"open({str(PROJECT / 'sandbox_evil.txt')!r}, 'w')", audit=False, **settings)
+        out, err, _ = run1(f"open({str(PROJECT / 'sandbox_evil.txt')!r}, 'w')", **KERNEL_ONLY, **settings)
         assert out is None and "Permission denied" in err and not (PROJECT / "sandbox_evil.txt").exists()
-        out, err, _ = run1(f"import os\nos.kill({os.getpid()}, 0)", audit=False, **settings)   # signal 0: harmless
+        out, err, _ = run1(f"import os\nos.kill({os.getpid()}, 0)", **KERNEL_ONLY, **settings)   # signal 0: harmless
         assert out is None and "Operation not permitted" in err
 
 
@@ -236,3 +251,203 @@ def test_bad_arguments_raise_value_error():
     if os.geteuid() != 0:
         with pytest.raises(ValueError, match="root"):
             sandbox.run("", [""], "stdin", user="nobody")
+
+
+# ------------------------------------------------------------------------ the bubblewrap boundary (issue 22)
+BOTH = pytest.mark.parametrize("audit", [False, True], ids=["kernel-only", "with-hook"])
+
+
+def bwrap1(code, audit=True, inp="", limits=FAST):
+    """Run a stdin program under bubblewrap: (output, error, Result); the scratch dir and processes are gone."""
+    r = sandbox.run(code, [inp], "stdin", limits=limits, audit=audit, isolation="bwrap")
+    assert r.isolation == "bwrap" and r.cleaned and not os.path.exists(r.scratch) and processes_in(r.scratch) == []
+    return r.outputs[0], r.errors[0], r
+
+
+@needs_bwrap
+@BOTH
+def test_checkout_and_parent_are_invisible_through_proc(audit, monkeypatch):
+    monkeypatch.setenv("NANORAGEN_TEST_SECRET", "hunter2")
+    code = f"""import os
+found = []
+for pid in os.listdir('/proc'):
+    for name in ('cwd/deepcoder_problems.py', 'root{PROJECT}/deepcoder_problems.py', 'environ', 'cmdline'):
+        try:
+            found.append(open(f'/proc/{{pid}}/{{name}}', 'rb').read()[:4000])
+        except Exception:
+            pass
+for path in ({str(PROJECT / 'deepcoder_problems.py')!r}, '/proc/{os.getpid()}/environ', '/proc/{os.getppid()}/cwd'):
+    try:
+        found.append(open(path, 'rb').read())
+    except Exception as e:
+        found.append(repr(e).encode())
+print(repr(found), os.getppid(), sorted(os.listdir('/proc'), key=str.isdigit)[-4:])"""
+    out, err, _ = bwrap1(code, audit)
+    assert out is not None or "not allowed" in err, err
+    text = out or err
+    assert "PROBLEMS" not in text and "hunter2" not in text and "reference" not in text
+
+
+@needs_bwrap
+@BOTH
+def test_no_process_can_be_started_or_survive(audit, tmp_path):
+    marker = tmp_path / "pwned"
+    code = f"""import _imp, os, types
+try:
+    ps = _imp.create_builtin(types.SimpleNamespace(name='_posixsubprocess'))   # aliased: no import event
+    r, w = os.pipe()
+    ps.fork_exec([b'/bin/sh', b'-c', b'id > {marker}'], [b'/bin/sh', b'/usr/bin/sh'], True, (w,), None, None,
+                 -1, -1, -1, -1, -1, -1, r, w, True, True, -1, None, None, None, -1, None, False)
+    print('spawned')
+except Exception as e:
+    print('refused', type(e).__name__)
+try:
+    if os.fork() == 0:
+        os.setsid()
+        import time
+        time.sleep(60)
+    print('forked')
+except Exception as e:
+    print('refused', type(e).__name__)"""
+    out, err, r = bwrap1(code, audit)
+    assert out is None or ("spawned" not in out and "forked" not in out), out
+    assert not marker.exists()
+
+
+@needs_bwrap
+def test_exec_d_interpreter_has_no_network():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.setblocking(False)
+        port = server.getsockname()[1]
+        inner = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2); print('connected')"
+        for code in (f"import os, sys\nos.execv(sys.executable, [sys.executable, '-c', {inner!r}])",
+                     f"import _imp, types\n_imp.create_builtin(types.SimpleNamespace(name='_socket'))\n{inner}",
+                     inner):
+            out, err, r = bwrap1(code, audit=False)            # the hook off: the network namespace alone
+            assert out is None or "connected" not in out, (code, out)
+        with pytest.raises(BlockingIOError):                    # nobody connected
+            server.accept()
+
+
+@needs_bwrap
+@BOTH
+def test_trainer_cannot_be_signalled_reniced_or_written(audit):
+    """Every attempt is harmless if it got through (signal 0, the trainer's own nice value): success shows as 'ok'."""
+    me, nice = os.getpid(), os.getpriority(os.PRIO_PROCESS, 0)
+    code = f"""import os, signal
+tries = []
+for act in (lambda: signal.pidfd_send_signal(os.pidfd_open({me}), 0), lambda: os.kill({me}, 0),
+            lambda: os.setpriority(os.PRIO_PROCESS, {me}, {nice}), lambda: open('/proc/{me}/mem', 'rb'),
+            lambda: open('/proc/{me}/environ', 'rb')):
+    try:
+        act()
+        tries.append('ok')
+    except Exception as e:
+        tries.append(type(e).__name__)
+print(tries)"""
+    out, err, _ = bwrap1(code, audit)
+    assert out is None or "'ok'" not in out, out
+    assert os.getpriority(os.PRIO_PROCESS, 0) == nice
+
+
+@needs_bwrap
+@BOTH
+def test_mknod_mkfifo_and_a_two_faced_path_reach_nothing_outside(audit, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hidden expected outputs")
+    code = f"""import _io, os, posix
+results = []
+for act in (lambda: posix.mkfifo({str(tmp_path / 'fifo')!r}), lambda: posix.mknod('null2', 0o20666, os.makedev(1, 3)),
+            lambda: posix.mkfifo('/tmp/fifo')):
+    try:
+        act()
+        results.append('made')
+    except Exception as e:
+        results.append(type(e).__name__)
+class TwoFaced:
+    calls = 0
+    def __fspath__(self):
+        TwoFaced.calls += 1
+        return 'harmless.txt' if TwoFaced.calls == 1 else {str(secret)!r}
+try:
+    results.append(_io.FileIO(TwoFaced()).read().decode())
+except Exception as e:
+    results.append(type(e).__name__)
+print(results)"""
+    out, err, _ = bwrap1(code, audit)
+    assert "hidden expected outputs" not in (out or err)
+    assert sorted(os.listdir(tmp_path)) == ["secret.txt"]
+    if out is not None:
+        assert out.split(",")[1].strip() != "'made'", out       # no device node
+
+
+@needs_bwrap
+def test_immutable_files_cannot_be_made_and_cleanup_never_raises(tmp_path):
+    code = """import fcntl, os
+fd = os.open('stuck', os.O_CREAT | os.O_WRONLY)
+try:
+    fcntl.ioctl(fd, 0x40086602, (0x10).to_bytes(8, 'little'))   # FS_IOC_SETFLAGS, FS_IMMUTABLE_FL
+    print('immutable')
+except OSError as e:
+    print('refused', e.errno)"""
+    out, err, r = bwrap1(code, audit=False)                       # bwrap1 checks that the scratch dir is gone
+    assert out is not None and out.startswith("refused")
+    # the trainer side: a tree that cannot be removed is reported, not raised
+    stuck = tmp_path / "tree" / "stuck"
+    stuck.parent.mkdir()
+    stuck.write_text("x")
+    fd = os.open(stuck, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, 0x40086602, (0x10).to_bytes(8, "little"))
+    except OSError:
+        os.close(fd)
+        pytest.skip("cannot set the immutable flag here (not root or a file system without it)")
+    try:
+        assert sandbox._remove_tree(str(stuck.parent)) is False and stuck.exists()
+    finally:
+        fcntl.ioctl(fd, 0x40086602, (0).to_bytes(8, "little"))
+        os.close(fd)
+    assert sandbox._remove_tree(str(stuck.parent)) is True and not stuck.parent.exists()
+
+
+FORGED = [sandbox.REPORT_MARK + "[" * 200_000,                                      # RecursionError once
+          sandbox.REPORT_MARK + json.dumps({"outputs": [["42"]], "errors": [None]}),    # AttributeError once
+          sandbox.REPORT_MARK + json.dumps({"outputs": [42], "errors": [None]}),
+          sandbox.REPORT_MARK + json.dumps({"outputs": ["42", "43"], "errors": [None, None]}),
+          sandbox.REPORT_MARK + json.dumps({"outputs": ["42"], "errors": [None], "extra": 1}),
+          sandbox.REPORT_MARK + json.dumps(["42"]), sandbox.REPORT_MARK + "\udcff",
+          sandbox.REPORT_MARK + " " * (sandbox.MAX_REPORT_CHARS + 1) + '{"outputs": ["42"], "errors": [null]}']
+
+
+@pytest.mark.parametrize("forged", range(len(FORGED)))
+def test_forged_reports_are_rejected_without_raising(forged):
+    assert sandbox.parse_report("noise" + FORGED[forged] + "\n", 1) is None
+    code = f"import os\nos.write(1, {FORGED[forged].encode('utf-8', 'surrogatepass')!r})\nos._exit(0)"
+    limits = sandbox.Limits(wall_s=20.0, cpu_s=1, file_mb=8)
+    out, err, r = run1(code, limits=limits)
+    assert out is None and r.status == "no_report"
+    assert sandbox.parse_report(sandbox.REPORT_MARK + '{"outputs": ["42"], "errors": [null]}\n', 1) == (["42"], [None])
+
+
+def test_audit_hook_allows_dir_fd_free_calls_in_the_scratch_dir():
+    code = ("import os\nos.mkdir('d')\nopen('d/f', 'w').close()\nos.chmod('d/f', 0o600)\nos.rename('d/f', 'd/g')\n"
+            "os.remove('d/g')\nos.rmdir('d')\nprint('fine')")
+    assert run1(code)[0] == "fine\n"
+
+
+def test_fail_closed_when_bubblewrap_is_missing(monkeypatch):
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
+    sandbox._probe.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="isolation='process'") as e:
+            sandbox.check_isolation("bwrap")
+        assert "\n" not in str(e.value)
+        with pytest.raises(ValueError, match="isolation='process'"):
+            sandbox.run("print(1)", [""], "stdin")
+        assert sandbox.run("print(1)", [""], "stdin", isolation="process").outputs == ["1\n"]
+    finally:
+        sandbox._probe.cache_clear()
+    with pytest.raises(ValueError, match="isolation"):
+        sandbox.check_isolation("container")
