@@ -80,8 +80,10 @@ def reward_variance(rewards) -> torch.Tensor:
 def top_p_by_rv(rv, rho: float = 0.9, eps: float = 0.01) -> torch.Tensor:
     """SNR-Aware Filtering as the paper states it: kept group indices (ascending, possibly empty).
 
-    Zero-RV groups go first (they carry no task gradient); the rest are sorted by RV, largest first, and the
-    smallest prefix whose RV mass reaches tau = rho * sum(RV) - eps is kept. rho >= 1 keeps every non-zero group.
+    Zero-RV groups (RV <= 1e-10) are dropped first: they carry no task gradient and are never kept. The rest are
+    sorted by RV, largest first, and the smallest prefix whose RV mass reaches tau = rho * sum(RV) - eps is kept;
+    when tau <= 0 that prefix is the empty one (tiny RVs with eps > 0), so nothing is kept and the step is
+    skipped. rho >= 1 keeps every non-zero group.
     Worked example (App. G, RV = std^2): RV (0.0625, 0.0576, 0.01, 0.0025, 0, 0, 0, 0), rho 0.9, eps 0.01:
     tau = 0.9 * 0.1326 - 0.01 = 0.1093; 0.0625 < tau, 0.0625 + 0.0576 = 0.1201 >= tau -> keep {0, 1}.
     Equal to select_groups(rv, "top_p", rho, mode="linear", include_zero=False, eps=eps) (tests/test_filter.py).
@@ -491,7 +493,16 @@ def main(argv=None) -> None:
     for label, kept in _readings(std, args.value, args.eps, not args.smallest):
         cells = [f"{{{','.join(map(str, kept[iz].tolist()))}}} {len(kept[iz])}/{n_p}" for iz in (True, False)]
         print(f"{label:58s} {cells[0]:24s} {cells[1]}")
-    print("\nEmpty set = the step is skipped (linear rule: tau = value * sum - eps is unreachable).")
+    print("\nEmpty set = the step is skipped. Under the linear rule (tau = value * sum - eps over the candidates) "
+          "that happens when\nthere is no candidate, when tau <= 0 (the empty prefix already reaches it: tiny RVs "
+          "with eps > 0), or, with\n--smallest, when a zero score is ranked first (the walk stops at the first "
+          "score <= 0).")
+    var = std ** 2
+    for iz in (True, False):
+        cand = var if iz else var[var.abs() > ZERO_TOL]
+        tau = args.value * float(cand.sum()) - args.eps
+        print(f"  linear on variance, include_zero={iz}: tau = {args.value:g} * {float(cand.sum()):.6g} - "
+              f"{args.eps:g} = {tau:.6g}" + ("  (<= 0: nothing is kept)" if tau <= 0 else ""))
 
 
 if __name__ == "__main__":

@@ -231,7 +231,8 @@ def permutation_null(L_tok, L_seq, true_col, signatures, n_perm: int, rng: np.ra
     """Retrieval accuracy, MI-Est and MI-Seq-Est with the reasoning->prompt labels shuffled n_perm times.
 
     Returns, for name in (retrieval_accuracy, mi_estimate, mi_seq_estimate): `{name}_null_mean`,
-    `{name}_null_std` (population), `{name}_null_z` = (observed - mean) / std (nan if std = 0) and
+    `{name}_null_std` (population), `{name}_null_z` = (observed - mean) / std (nan if std = 0, i.e. at most
+    1e-12 x max(1, |mean|): a constant null up to rounding) and
     `{name}_null_p` = (1 + #{null >= observed}) / (n_perm + 1) (one-sided permutation p-value); plus
     `null_n_perm`.  Only the labels move: L, the marginals and the predictions stay fixed (see module doc
     for what this does and does not control).  {} when collapse_metrics would return {}.
@@ -257,6 +258,7 @@ def permutation_null(L_tok, L_seq, true_col, signatures, n_perm: int, rng: np.ra
     for name, values in null.items():
         mean, std, obs = float(values.mean()), float(values.std()), observed[name]
         out[f"{name}_null_mean"], out[f"{name}_null_std"] = mean, std
-        out[f"{name}_null_z"] = (obs - mean) / std if std > 0 else float("nan")
+        # std 0 up to rounding (a constant null, e.g. every shuffle gives the same accuracy: 5.55e-17) -> nan
+        out[f"{name}_null_z"] = (obs - mean) / std if std > 1e-12 * max(1.0, abs(mean)) else float("nan")
         out[f"{name}_null_p"] = float((1 + (values >= obs - 1e-12).sum()) / (n_perm + 1))
     return out

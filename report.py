@@ -20,9 +20,13 @@ The referee's requests this file answers (the referee report: "Missing seed vari
 * `--figure PATH` draws chosen curves per arm over training steps, mean with a +/- 1 std band over seeds;
   `--page PATH` writes all of the above as one Markdown page (experiments/RESULTS.md is written this way).
 
-Arms are formed by grouping runs whose `config.json` flags agree on everything except `seed`, `name`, `resume`
-and the bookkeeping flags; `--arm-by a,b` groups by chosen flags instead, and `--arm-by name` by the run name with
-its `-s<seed>` suffix removed (what experiments/paper.py names its runs). Unknown flags or metric keys are errors.
+Arms: when every run is named `<arm>-s<seed>` (what experiments/paper.py names its runs) an arm is the run name
+with its `-s<seed>` suffix removed, so an experiment's arms stay together (a dilution control differs from its
+seed's filter-free run only in a per-seed entropy coefficient; grouping by flags would split it into one-seed
+arms). Otherwise runs whose `config.json` flags agree on everything except `seed`, `name`, `resume` and the
+bookkeeping flags form an arm. `--arm-by a,b` groups by chosen flags instead, `--arm-by name` by name. Arms are
+listed (and coloured) in sorted order, whatever the order of the directories. Unknown flags or metric keys are
+errors.
 
 What it leaves out: significance tests beyond rho and the seed-sign count (with 3 seeds a t-test says little), and
 any smoothing of curves.
@@ -176,14 +180,27 @@ def check_keys(runs: list[dict], arm_by: list[str] | None = None, keys: list[str
             raise SystemExit(f"no run logged the metric {key!r} (see one line of a run's metrics.jsonl for the keys)")
 
 
+SEEDED_NAME = re.compile(r".+-s\d+$")                       # <arm>-s<seed>, as experiments/paper.py names runs
+
+
+def default_arm_by(runs: list[dict]) -> list[str] | None:
+    """The default grouping: by run name without its -s<seed> suffix when every run is named that way (so an
+    experiment's arms stay together, e.g. a dilution control that differs from its seed only in one flag), else
+    None (= every flag except the seed and the bookkeeping ones)."""
+    names = [str(r["flags"].get("name", "")) for r in runs]
+    return ["name"] if runs and all(SEEDED_NAME.match(n) for n in names) else None
+
+
 def group_arms(runs: list[dict], arm_by: list[str] | None) -> dict[str, list[dict]]:
-    """arm label -> its runs, in the order the arms first appear."""
+    """arm label -> its runs, arms sorted by label (the order of the run directories on the command line does not
+    matter, so a rebuilt page and its figure's colours are the same); arm_by None = default_arm_by(runs)."""
+    arm_by = arm_by or default_arm_by(runs)
     arms: dict[str, list[dict]] = {}
     for r in runs:
         arms.setdefault(arm_key(r["flags"], arm_by), []).append(r)
     if not arm_by:
         arms = {_short_arm(members, runs): members for members in arms.values()}
-    return arms
+    return dict(sorted(arms.items()))
 
 
 def mean_std(vals) -> tuple[float, float]:
@@ -510,7 +527,9 @@ def _finite(v) -> bool:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="run directories (runs/<name>)")
-    ap.add_argument("--arm-by", default="", help="comma-separated flags that define an arm (default: all but seed)")
+    ap.add_argument("--arm-by", default="", help="comma-separated flags that define an arm, or 'name' (the run "
+                    "name without its -s<seed> suffix). Default: 'name' when every run is named <arm>-s<seed> "
+                    "(experiments/paper.py), else every flag except the seed and the bookkeeping ones")
     ap.add_argument("--final-window", type=int, default=3, help="evaluations averaged for the 'final' metric")
     ap.add_argument("--spearman", default="", help="metric key whose per-run mean is correlated with task metrics")
     ap.add_argument("--columns", default="", help="comma-separated diagnostics per arm: KEY, KEY@peak, KEY@mean, KEY@first")

@@ -7,8 +7,18 @@ with homogeneous noise and with heterogeneous noise.
 
 1. Predict the sign and rough size of Spearman(RV, SNR) in both cases.
 2. Run: `python theory/snr_bound.py --size small` and copy the two "Spearman(RV, SNR)" numbers.
-3. Explain: with heterogeneous noise, what does ranking prompts by RV select, and what does that predict for
-   SNR-Aware Filtering on a slippery lake?
+3. Explain. "rv_selects_heterogeneous": with heterogeneous noise, ranking prompts by RV and keeping the top
+   selects (the letter)
+     (a) the prompts with the highest SNR
+     (b) the noisiest prompts (RV = Var(mu) + sigma^2 grows with the noise)
+     (c) a random subset: RV is unrelated to SNR and to the noise
+   "slippery_lake": and so, for SNR-Aware Filtering on a slippery FrozenLake (the letter)
+     (a) filtering should help more on a slippery lake than on a deterministic one
+     (b) filtering should help less on a slippery lake (it keeps the noisy prompts), as the paper's slip sweep
+         finds
+     (c) the bound says nothing about a slippery lake
+   Then, in two or three sentences ("explanation"): which other number in the output supports your letter, and
+   what statistic would rank prompts by signal even with heterogeneous noise?
 
 Grade: python exercises/check.py 10
 """
@@ -17,5 +27,7 @@ ANSWERS = {
     "prediction": "",
     "spearman_homogeneous": None,
     "spearman_heterogeneous": None,
+    "rv_selects_heterogeneous": "",    # "a", "b" or "c"
+    "slippery_lake": "",               # "a", "b" or "c"
     "explanation": "",
 }

@@ -6,9 +6,17 @@ learns better and keeps more I(X;Z). theory/filter_bandit.py runs the same ablat
 
 1. Predict: which quartile ends with the higher success, and which with the higher I(X;Z)? By how much?
 2. Run: `python theory/filter_bandit.py --size small` (seconds) and copy from the rows "[lam_ent=0.2] Q1 only"
-   and "[lam_ent=0.2] Q4 only" the success (first number) and I (third number), means over seeds.
-3. Explain: why does training only on Q4 hurt, given what the task gradient of a low-RV prompt is (exercise 7)
-   and what the entropy term does to it?
+   and "[lam_ent=0.2] Q4 only" the success (first number) and I (third number), means over seeds. Then name the
+   quartile ("Q1" or "Q4") with the higher success and the one with the higher I(X;Z).
+3. Explain. "mechanism": the letter of the reason Q4-only training hurts:
+     (a) Q4 groups have RV about 0, so their task gradient is about 0 (exercise 7: ||g|| <= sqrt(RV)
+         sqrt(E||s||^2)); the update is then almost only the entropy gradient, which pushes every prompt's
+         policy toward uniform, eroding I(X;Z) and success.
+     (b) Q4 prompts are the hard ones, and hard prompts give large gradients that overshoot.
+     (c) The Q4 arm updates on fewer prompts per step than the Q1 arm.
+     (d) The Q4 arm trains without the entropy bonus, so its policy collapses onto one action.
+   Then, in two or three sentences ("explanation"): which number in the output rules out (c), and what would
+   you expect with entropy coefficient 0 (try `theory/filter_bandit.py` with your own arguments in Python)?
 
 Grade: python exercises/check.py 9
 """
@@ -19,5 +27,8 @@ ANSWERS = {
     "success_Q4": None,
     "I_Q1": None,
     "I_Q4": None,
+    "higher_success": "",     # "Q1" or "Q4"
+    "higher_I": "",           # "Q1" or "Q4"
+    "mechanism": "",          # "a", "b", "c" or "d"
     "explanation": "",
 }

@@ -370,3 +370,13 @@ def test_no_filter_still_logs_the_real_score_statistics():
     assert m["filter/zero_score_count"] == 2.0 and m["filter/score_mean"] == pytest.approx(0.5 / 3)
     single = F.apply_filter(torch.tensor([[1.0], [0.0]]), F.FilterConfig(strategy="none")).metrics   # G = 1
     assert "filter/zero_score_count" not in single and single["filter/kept_groups"] == 2.0
+
+
+def test_cli_footer_explains_an_empty_set_from_tau_below_zero(capsys):
+    """`filter.py 0.0707 0.0316 0 0 --value 0.9`: tau < 0, so the paper rule keeps {} because the empty prefix
+    already reaches tau (not because tau is unreachable); the footer prints tau."""
+    F.main(["0.0707", "0.0316", "0", "0", "--value", "0.9"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("top_p linear on variance"))
+    assert row.split()[-2:] == ["{}", "0/4"]
+    assert "unreachable" not in out and "tau <= 0" in out and "(<= 0: nothing is kept)" in out

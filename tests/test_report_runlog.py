@@ -182,3 +182,55 @@ def test_no_update_steps_are_the_empty_and_all_skipped_ones():
             {"step": 2, "filter/empty": 0.0, "train/skipped_nonfinite": 2.0, "train/optimizer_steps": 2.0},  # all
             {"step": 3, "filter/empty": 0.0, "train/skipped_nonfinite": 0.0, "train/optimizer_steps": 1.0}]
     assert report.no_update_steps(rows) == [0, 2]
+
+
+def test_results_page_rebuilds_byte_identically(tmp_path, monkeypatch):
+    """The command printed on experiments/RESULTS.md, run from a copy of the layout, rewrites the page and its
+    figure byte for byte (arms in sorted order whatever the directory order; the committed runs are the input)."""
+    import re
+    import shlex
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "experiments" / "RESULTS.md").read_text()
+    cmd = re.search(r"`python report\.py (experiments/classroom/classroom-\* [^`]*)`", page)
+    if cmd is None or not any((root / "experiments" / "classroom").glob("classroom-*/metrics.jsonl")):
+        pytest.skip("no committed classroom runs")
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "classroom").symlink_to(root / "experiments" / "classroom")
+    (tmp_path / "experiments" / "classroom.md").write_text((root / "experiments" / "classroom.md").read_text())
+    monkeypatch.chdir(tmp_path)
+    args = shlex.split(cmd.group(1))
+    runs = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "experiments" / "classroom").glob("classroom-*"))
+    report.main(runs[::-1] + args[1:])                                  # reversed order: the same page
+    assert (tmp_path / "experiments" / "RESULTS.md").read_bytes() == (root / "experiments" / "RESULTS.md").read_bytes()
+    assert (tmp_path / "experiments" / "RESULTS.png").read_bytes() == (root / "experiments" / "RESULTS.png").read_bytes()
+
+
+def test_default_arms_keep_an_experiments_arms_together(tmp_path):
+    """Runs named <arm>-s<seed> are grouped by name by default: a dilution control whose entropy coefficient
+    differs per seed stays one arm (grouping by flags would make three one-seed arms)."""
+    dirs = []
+    for s in (0, 1, 2):
+        dirs.append(_fake_run(tmp_path, f"x-nofilter-s{s}", {"seed": s, "name": f"x-nofilter-s{s}", "filter": "none",
+                                                              "entropy_coef": 0.001}, [0.1, 0.2]))
+        dirs.append(_fake_run(tmp_path, f"x-diluted-s{s}", {"seed": s, "name": f"x-diluted-s{s}", "filter": "none",
+                                                             "entropy_coef": 0.001 * (0.2 + 0.1 * s)}, [0.3, 0.4]))
+    runs = report.load_runs([str(d) for d in dirs])
+    assert {a: len(m) for a, m in report.group_arms(runs, None).items()} == {"x-diluted": 3, "x-nofilter": 3}
+    assert list(report.group_arms(runs[::-1], None)) == ["x-diluted", "x-nofilter"]        # sorted, any order
+    assert len(report.group_arms(runs, ["filter"])) == 1                                     # explicit flags still win
+    other = [_fake_run(tmp_path, "plain", {"seed": 0, "name": "plain", "filter": "top_p"}, [0.5])]
+    mixed = report.load_runs([str(d) for d in dirs] + [str(d) for d in other])
+    assert report.default_arm_by(mixed) is None and len(report.group_arms(mixed, None)) == 5
+
+
+def test_runlog_cli_help_and_bad_directory(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "runlog.py", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "run directory" in out.stdout and "no such" not in out.stdout + out.stderr
+    out = subprocess.run([sys.executable, "runlog.py", str(tmp_path / "missing")], capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].endswith("no such run directory")
+    d = _fake_run(tmp_path, "r-s0", {"seed": 0, "name": "r-s0"}, [0.25])
+    out = subprocess.run([sys.executable, "runlog.py", str(d)], capture_output=True, text=True)
+    assert out.returncode == 0 and "val/success" in out.stdout and "0.25" in out.stdout

@@ -277,3 +277,25 @@ def test_script_entry_point_runs_from_a_plain_python_call(tmp_path):
                           cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "## E2." in out.read_text() and (tmp_path / "task_gradient_bound.png").is_file()
+
+
+def test_e8_verdict_wording_colours_and_collapse_label(tmp_path):
+    """The SE line names 4.3 as the critical value (not a t statistic), every arm keeps one colour in both figure
+    rows, and the toy's template collapse (no filter, lam_ent 0.5: I falls, H(Z|X) rises) is labelled as such."""
+    from theory import filter_bandit
+    r = filter_bandit.main(size="small", fig_dir=tmp_path)
+    evidence = [c["evidence"] for c in r["claims"]]
+    assert all("t=" not in e for e in evidence)
+    assert any("resolved when |difference| > 4.3 SE (t critical value" in e for e in evidence)
+    assert len(set(filter_bandit.COLORS.values())) == len(filter_bandit.ARMS)
+    label = [v for k, v in r["numbers"].items() if k.startswith("[lam_ent=0.5] no filter: template collapse")]
+    assert label and label[0].startswith("I 0.27 -> 0.10 while H(Z|X) 1.48 -> 1.97")
+
+
+def test_theory_help_shows_the_first_paragraph_whole():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "theory/filter_bandit.py", "--help"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], timeout=60)
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 0 and "whether filtering is just diluted regularisation." in text

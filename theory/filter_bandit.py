@@ -43,6 +43,8 @@ import filter as rv_filter  # shared selection rules (same code as the LLM train
 NAME = "filter_bandit"
 ARMS = ("no filter", "top-p 0.9", "top-p 0.9 softmax/std (code)", "control", "entropy 0", "KL-to-init",
         "Q1 only", "Q4 only")
+COLORS = dict(zip(ARMS, ("tab:blue", "tab:orange", "tab:purple", "tab:green", "tab:gray", "tab:brown", "tab:olive",
+                         "tab:red")))      # one colour per arm in every panel (control is green in both rows)
 T_CRIT = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}  # 95 %, two-sided
 
 
@@ -176,12 +178,14 @@ def main(size: str = "full", seed: int = 0, fig_dir=toy.FIG_DIR, lam_ents=(0.05,
     def test(text, lam, a, b, key):
         d, se, t = paired(final(lam, a, key), final(lam, b, key))
         return toy.claim(f"[lam_ent={lam:g}] {text}", d > t * se,
-                         f"{a} - {b} = {d:+.3f} +/- {se:.3f} (SE, {n_seeds} seeds, t={t})", contradicted=d < -t * se)
+                         f"{a} - {b} = {d:+.3f} +/- {se:.3f} SE over {n_seeds} seeds; resolved when |difference| > "
+                         f"{t} SE (t critical value, 95 %, two-sided)", contradicted=d < -t * se)
 
     def falls(lam):
         d, se, t = paired(final(lam, "no filter", "I"), np.array([r["I"][0] for r in runs[lam]["no filter"]]))
         return toy.claim(f"[lam_ent={lam:g}] without filtering I(X;Z) falls during training", d < -t * se,
-                         f"final - initial I = {d:+.3f} +/- {se:.3f}", contradicted=d > t * se)
+                         f"final - initial I = {d:+.3f} +/- {se:.3f} SE; resolved when |difference| > {t} SE "
+                         f"(t critical value, 95 %)", contradicted=d > t * se)
     claims = []
     for lam in lam_ents:
         claims += [test("top-p 0.9 beats no filter on success", lam, "top-p 0.9", "no filter", "success"),
@@ -192,6 +196,18 @@ def main(size: str = "full", seed: int = 0, fig_dir=toy.FIG_DIR, lam_ents=(0.05,
                test("Q1-only beats Q4-only on success (quartile ablation)", lam_main, "Q1 only", "Q4 only", "success"),
                test("KL-to-init keeps more I(X;Z) than the entropy bonus", lam_main, "KL-to-init", "no filter", "I")]
 
+    def collapse(lam, arm):                # the toy's template collapse: I(X;Z) falls while H(Z|X) rises (means)
+        I0, I1 = (np.mean([r["I"][i] for r in runs[lam][arm]]) for i in (0, -1))
+        H0, H1 = (np.mean([r["H"][i] for r in runs[lam][arm]]) for i in (0, -1))
+        return bool(I1 < 0.5 * I0 and H1 > H0)
+    for lam in lam_ents:
+        for arm in runs[lam]:
+            if collapse(lam, arm):
+                I0, I1 = (np.mean([r["I"][i] for r in runs[lam][arm]]) for i in (0, -1))
+                H0, H1 = (np.mean([r["H"][i] for r in runs[lam][arm]]) for i in (0, -1))
+                numbers[f"[lam_ent={lam:g}] {arm}: template collapse (I falls below half, H(Z|X) rises)"] = (
+                    f"I {I0:.2f} -> {I1:.2f} while H(Z|X) {H0:.2f} -> {H1:.2f}")
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -200,10 +216,11 @@ def main(size: str = "full", seed: int = 0, fig_dir=toy.FIG_DIR, lam_ents=(0.05,
     for lam, arms, row in panels:
         for arm in arms:
             steps = runs[lam][arm][0]["steps"]
+            label = arm + (" (template collapse: I falls, H(Z|X) rises)" if collapse(lam, arm) else "")
             for ax, key in zip(row, ("success", "I", "H")):
                 y = np.array([r[key] for r in runs[lam][arm]])
-                ax.plot(steps, y.mean(axis=0), label=arm)
-                ax.fill_between(steps, y.mean(0) - y.std(0), y.mean(0) + y.std(0), alpha=0.15)
+                ax.plot(steps, y.mean(axis=0), label=label, color=COLORS[arm])
+                ax.fill_between(steps, y.mean(0) - y.std(0), y.mean(0) + y.std(0), alpha=0.15, color=COLORS[arm])
         for ax, lab in zip(row, ("exact success (all prompts)", "I(X;Z) (nats)", "H(Z|X) (nats)")):
             ax.set(xlabel="step", ylabel=lab, title=f"lam_ent = {lam:g}, {n_seeds} seeds, mean +/- std")
         row[0].legend(fontsize=7)

@@ -355,7 +355,7 @@ def fmt(value) -> str:
 def cli_kwargs(doc: str, argv=None) -> dict:
     """Flags shared by every check script (--size, --seed, --fig-dir) as main() keyword arguments."""
     import argparse
-    ap = argparse.ArgumentParser(description=doc.strip().split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(doc.strip().split("\n\n")[0].split()))   # first paragraph
     ap.add_argument("--size", default="full", choices=SIZES, help="full: the RESULTS.md size; small: the test size")
     ap.add_argument("--seed", type=int, default=0, help="base seed (every check is deterministic given it)")
     ap.add_argument("--fig-dir", default=None, help="folder for the check's figure (default: theory/figures at full "
