@@ -56,20 +56,25 @@ class Args:
     eval_every: int = flag(10, "validation every N steps (and before training); 0 = never", "run")
     log_samples: int = flag(2, "full trajectories written to samples.jsonl per step", "run")
     progress: bool = flag(True, "tqdm progress bar", "run")
-    trackers: str = flag("", "comma-separated accelerate trackers (wandb, tensorboard); off by default", "run")
+    trackers: str = flag("", "comma-separated accelerate trackers, e.g. tensorboard, trackio, wandb (optional installs: "
+                         "requirements-trackers.txt); local ones write under <run>/trackers/; off by default", "run")
     cpu: bool = flag(False, "force CPU even when CUDA is available (needed for `torchrun` on CPU)", "run")
     # --- model -----------------------------------------------------------------------------------------------
     model: str = flag("smollm2-135m", "smollm2-135m (embedded GGUF), tiny (random, tests), a HF id or a local path", "model")
     bf16: bool = flag(True, "bf16 where the hardware has native bf16 (AVX512-BF16, AMX, CUDA): rollouts sample with a bf16 "
                       "copy of the weights (policy.bf16_copy), the update runs under bf16 autocast on fp32 master "
                       "weights. --no-bf16: fp32 everywhere. $NANORAGEN_BF16=0/1 overrides the hardware check", "model")
+    chat_template: str = flag("", "chat template of rollouts, evaluation and export: '' = the tokenizer's own | chatml "
+                              "(ChatML that renders every turn verbatim: the fix for thinking-model templates that drop "
+                              "earlier <think> blocks) | path to a Jinja file", "model")
     lora_rank: int = flag(0, "LoRA rank r through peft: only the adapters train, the KL reference / frozen MI scorer is the "
                           "base model with adapters disabled; 0 = full fine-tuning", "model")
     lora_alpha: float = flag(32.0, "LoRA scale numerator alpha (update = alpha/r * B A)", "model")
     lora_targets: str = flag("all-linear", "modules that get adapters: all-linear (peft: every decoder linear layer) or "
                              "comma-separated names, e.g. q_proj,v_proj", "model")
     # --- environment and rollout -------------------------------------------------------------------------------
-    env: str = flag("frozenlake", "environment", "rollout", list(envs.ENV_NAMES))
+    env: str = flag("frozenlake", f"environment: {' | '.join(envs.ENV_NAMES)}, or your own Env class as module:Class "
+                    "or path/to/file.py:Class (docs/guide.md, \"Your own environment\")", "rollout")
     env_options: str = flag("{}", "JSON dict of environment options, e.g. '{\"slip\": 0.02}'", "rollout")
     groups: int = flag(8, "P: prompt groups per step (one env seed per group)", "rollout")
     group_size: int = flag(8, "G: rollouts per group (paper: 16); RV needs G >= 2", "rollout")
@@ -292,6 +297,14 @@ def validate(a: Args) -> None:
         bad("lora_targets", f"must be all-linear or comma-separated module names, got {a.lora_targets!r}")
     if a.lora_rank and importlib.util.find_spec("peft") is None:
         bad("lora_rank", "needs peft, which is not installed: pip install peft==0.21.2 (pinned in requirements.txt)")
+    try:
+        policy.check_chat_template(a.chat_template)
+    except ValueError as e:
+        bad("chat_template", str(e))
+    try:
+        tracker_names(a.trackers)
+    except ValueError as e:
+        bad("trackers", str(e))
     if a.rollout_backend not in ("hf", "vllm"):
         bad("rollout_backend", f"must be hf or vllm, got {a.rollout_backend!r}")
     if a.rollout_backend == "vllm":
@@ -346,6 +359,10 @@ def validate(a: Args) -> None:
     if not isinstance(opts, dict):
         bad("env_options", "must be a JSON object, e.g. '{\"slip\": 0.02}'")
     try:
+        envs.env_class(a.env)
+    except ValueError as e:   # unknown name, a user module that does not import, no such class
+        bad("env", str(e))
+    try:
         envs.make_env(a.env, **opts)
     except ValueError as e:   # names the bad option
         bad("env_options", str(e))
@@ -378,6 +395,28 @@ def validate(a: Args) -> None:
         filter_config(a)
     except ValueError as e:   # FilterConfig names its own field; say which flag family it came from
         raise UsageError(f"--filter* flags: {e}") from None
+
+
+TRACKER_EXTRAS = "pip install -r requirements-trackers.txt"
+
+
+def tracker_names(trackers: str) -> list[str]:
+    """--trackers as a list of accelerate tracker names, each known to accelerate and installed (ValueError, one
+    line, otherwise: accelerate itself raises a long traceback for an unknown name and silently drops a tracker
+    whose package is missing)."""
+    names = [t.strip().lower() for t in trackers.split(",") if t.strip()]
+    if not names:
+        return []
+    from accelerate import tracking
+    known = list(tracking.LOGGER_TYPE_TO_CLASS)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown tracker(s) {unknown}; accelerate's trackers: {', '.join(known)}")
+    available = {str(t) for t in tracking.get_available_trackers()}
+    missing = [n for n in names if n not in available]
+    if missing:
+        raise ValueError(f"tracker(s) {missing} not installed: {TRACKER_EXTRAS} (or pip install {' '.join(missing)})")
+    return names
 
 
 @functools.lru_cache(maxsize=32)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 import torch
 
@@ -128,11 +129,12 @@ class Dist:
 CPU_FSDP_ENV = "NANORAGEN_CPU_FSDP"
 
 
-def make_accelerator(cpu: bool, log_with=None):
+def make_accelerator(cpu: bool, log_with=None, project_dir=None):
     """accelerate's Accelerator. With NANORAGEN_CPU_FSDP=1 in the environment (CPU processes under torchrun): its
     FSDP2 path, which accelerate itself only selects on GPUs (on CPU its FSDP settings are ignored and DDP is used);
     torch's fully_shard runs on CPU with gloo, so the FSDP code path can be tested without a GPU. accelerate's own
-    mixed precision is refused (one line) and set to "no": `policy.autocast` alone decides precision."""
+    mixed precision is refused (one line) and set to "no": `policy.autocast` alone decides precision.
+    project_dir (the run directory): trackers that write files (tensorboard) write under <project_dir>/trackers/."""
     from accelerate import Accelerator
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
     asked = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()  # accelerate config / launch --mixed_precision
@@ -142,7 +144,10 @@ def make_accelerator(cpu: bool, log_with=None):
                                 "ACCELERATE_MIXED_PRECISION")
     # mixed precision off: accelerate would autocast the prepared module's forward only (the update with N processes)
     # but not the no-grad passes that compute old log-probs, so the first PPO ratio would no longer be exactly 1.
-    acc = Accelerator(cpu=cpu, log_with=log_with, mixed_precision="no")
+    from accelerate.utils import ProjectConfiguration
+    project = ProjectConfiguration(project_dir=str(project_dir), logging_dir=str(Path(project_dir) / "trackers")) \
+        if project_dir is not None else None
+    acc = Accelerator(cpu=cpu, log_with=log_with, mixed_precision="no", project_config=project)
     if os.environ.get(CPU_FSDP_ENV) == "1" and acc.num_processes > 1:
         from accelerate.state import PartialState
         acc.state.fsdp_plugin = FullyShardedDataParallelPlugin(fsdp_version=2,

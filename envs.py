@@ -20,7 +20,12 @@ Observations are text: a "Coordinates:" block and a "Grid Map:" block for the gr
 `grid_coord` format. `instructions` (the env part of the system message) states the rules, the symbol legend,
 the action names, the `<think>...</think><answer>...</answer>` format, the `||` separator and the budgets.
 
-Contract (CONTRIBUTING.md): `make_env(name, **options)`, `ENV_NAMES`; an Env has `name`, `instructions`,
+Your own environment (docs/guide.md, "Your own environment"): `make_env("my_module:MyEnv")` or
+`make_env("path/to/file.py:MyEnv")` imports the class (a file once per process) and checks it has the protocol
+below (`PROTOCOL`); every place that takes an env name (train.py --env, evaluate.py, `python envs.py`, --resume, the
+experiment drivers) goes through `make_env`, so a user env needs no edit of this project.
+
+Contract (CONTRIBUTING.md): `make_env(name, **options)`, `ENV_NAMES` (the built-ins); an Env has `name`, `instructions`,
 `action_names` (valid action strings, or None for free-form answers), `max_turns`, `max_actions_per_turn`,
 `max_actions`, `max_tokens`, `reset(seed) -> str`, `render() -> str`, `step(action) -> (obs, reward, done, info)`.
 `step` takes ONE action string (the rollout splits the model's answer on "||" and enforces the budgets).
@@ -47,7 +52,8 @@ official services and downloads; their own docstrings and docs/paper-vs-code.md 
 Left out: the official retrieval server, product dump and coding datasets, image observations, dataset downloads.
 
 Run: `python envs.py sokoban --seed 3 --show` prints the instructions and first observation;
-`python envs.py frozenlake --seed 1 --play -o slip=0.2` plays an episode in the terminal.
+`python envs.py frozenlake --seed 1 --play -o slip=0.2` plays an episode in the terminal;
+`python envs.py path/to/my_env.py:MyEnv --show` shows your own.
 """
 from __future__ import annotations
 
@@ -271,21 +277,104 @@ class FrozenLake(Env):
 
 # ------------------------------------------------------------------------------------------------ factory
 def env_classes() -> dict:
-    """name -> class (the single-turn tasks live in tasks.py)."""
+    """name -> class of the built-in environments (the single-turn tasks live in tasks.py)."""
     return {"sokoban": Sokoban, "frozenlake": FrozenLake, "countdown": Countdown, "metamathqa": MetaMathQA,
             "bandit": Bandit, "searchqa": SearchQA, "webshop": WebShop, "deepcoder": DeepCoder}
 
 
+# What every environment must have (CONTRIBUTING.md, "envs.py"); env_base.Env provides all of it but `instructions`
+# and the env-specific `_reset` / `_step` / `render`.
+PROTOCOL = ("name", "instructions", "max_turns", "max_actions_per_turn", "max_actions", "max_tokens", "reset",
+            "render", "step")
+VALID_HINT = (f"valid names: {', '.join(ENV_NAMES)}, or your own Env class as module:Class (a module on the Python "
+              "path or in the current directory) or path/to/file.py:Class")
+_USER_MODULES = {}             # resolved file path -> module (a file is executed once per process)
+
+
+def is_user_env(name) -> bool:
+    """An env given as `module:Class` or `path/to/file.py:Class` rather than a built-in name."""
+    return isinstance(name, str) and ":" in name
+
+
+def _import_user_module(spec: str):
+    """`pkg.module` (importlib; the current directory is tried too) or `path/to/file.py` (executed once, registered
+    in sys.modules under a private name so that pickling its objects works). ValueError (one line) otherwise."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+    from pathlib import Path
+
+    path = Path(spec).expanduser()
+    if spec.endswith(".py") or os.sep in spec:
+        if not path.is_file():
+            raise ValueError(f"env file {spec!r} does not exist")
+    else:
+        try:
+            return importlib.import_module(spec)
+        except ModuleNotFoundError as err:
+            path = Path.cwd() / (spec.replace(".", os.sep) + ".py")   # `python train.py` puts the repo, not the
+            if err.name != spec.split(".")[0] or not path.is_file():   # current directory, on sys.path
+                raise ValueError(f"cannot import env module {spec!r} ({err}); put it on PYTHONPATH or give "
+                                 "path/to/file.py:Class") from None
+        except Exception as err:                                      # the user's module itself failed
+            raise ValueError(f"importing env module {spec!r} failed: {type(err).__name__}: {err}") from None
+    key = str(path.resolve())
+    if key not in _USER_MODULES:
+        mod_name = "nanoragen_user_env_" + "".join(c if c.isalnum() else "_" for c in path.resolve().stem) + \
+            f"_{len(_USER_MODULES)}"
+        loader_spec = importlib.util.spec_from_file_location(mod_name, key)
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[mod_name] = module
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as err:
+            del sys.modules[mod_name]
+            raise ValueError(f"loading env file {spec!r} failed: {type(err).__name__}: {err}") from None
+        _USER_MODULES[key] = module
+    return _USER_MODULES[key]
+
+
+def env_class(name: str) -> type:
+    """The class behind an env name: a built-in name (case-insensitive) or `module:Class` / `path/file.py:Class`.
+    ValueError (one line, listing the valid names) when it cannot be found."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"unknown env name {name!r}; {VALID_HINT}")
+    if not is_user_env(name):
+        cls = env_classes().get(name.lower())
+        if cls is None:
+            raise ValueError(f"unknown env name {name!r}; {VALID_HINT}")
+        return cls
+    module_spec, _, attr = name.rpartition(":")
+    if not module_spec or not attr.isidentifier():
+        raise ValueError(f"env {name!r}: expected module:Class or path/to/file.py:Class")
+    cls = getattr(_import_user_module(module_spec), attr, None)
+    if not isinstance(cls, type):
+        raise ValueError(f"env {name!r}: {module_spec} has no class {attr!r}")
+    return cls
+
+
 def make_env(name: str, **options) -> Env:
-    """Build an environment by name; unknown names or options raise ValueError listing the valid ones."""
-    cls = env_classes().get(name.lower()) if isinstance(name, str) else None
-    if cls is None:
-        raise ValueError(f"unknown env name {name!r}; valid names: {', '.join(ENV_NAMES)}")
-    valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    """Build an environment by name (built-in or `module:Class`); unknown names or options raise ValueError listing
+    the valid ones, a user class that misses part of the protocol raises ValueError naming what is missing."""
+    cls = env_class(name)
+    valid = [p for p, v in inspect.signature(cls.__init__).parameters.items()
+             if p != "self" and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)]
+    takes_any = any(v.kind == v.VAR_KEYWORD for v in inspect.signature(cls.__init__).parameters.values())
     unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for env {cls.name!r}; valid options: {valid}")
-    return cls(**options)
+    if unknown and not takes_any:
+        raise ValueError(f"unknown option(s) {unknown} for env {getattr(cls, 'name', name)!r}; valid options: {valid}")
+    if not is_user_env(name):
+        return cls(**options)
+    try:
+        env = cls(**options)
+    except (TypeError, ValueError) as err:                          # the user's own option checks
+        raise ValueError(f"env {name!r} with options {options}: {type(err).__name__}: {err}") from None
+    missing = [a for a in PROTOCOL if not hasattr(env, a)]
+    if missing:
+        raise ValueError(f"env {name!r} misses {missing} of the Env protocol (subclass env_base.Env; docs/guide.md, "
+                         "\"Your own environment\")")
+    return env
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
@@ -301,7 +390,8 @@ def _parse_value(text: str):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Show or play one episode of a nanoRAGEN text environment.")
-    ap.add_argument("name", choices=ENV_NAMES)
+    ap.add_argument("name", help=f"a built-in env ({', '.join(ENV_NAMES)}) or your own: module:Class, "
+                    "path/to/file.py:Class")
     ap.add_argument("--seed", type=int, default=0, help="instance seed (same seed, same instance)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--show", action="store_true", help="print instructions and first observation (default)")
@@ -315,12 +405,15 @@ def main(argv=None):
         if not sep:
             ap.error(f"--option expects KEY=VALUE, got {item!r}")
         options[key] = _parse_value(val)
-    env = make_env(args.name, **options)
+    try:
+        env = make_env(args.name, **options)
+    except ValueError as err:
+        ap.error(str(err))
     obs = env.reset(args.seed)
     print(f"=== instructions ===\n{env.instructions}\n")
     if not args.play:
         print(f"=== first observation (seed {args.seed}) ===\n{obs}\n")
-        if env.solution is not None:
+        if getattr(env, "solution", None) is not None:
             print(f"=== a solution ===\n{' || '.join(env.solution)}")
         return
     total, used, done = 0.0, 0, False
@@ -342,7 +435,7 @@ def main(argv=None):
                 break
         if done or used >= env.max_actions:
             break
-    print(f"\n{obs}\n\nepisode over: return {total:+g}, success {env.success}")
+    print(f"\n{obs}\n\nepisode over: return {total:+g}, success {getattr(env, 'success', False)}")
 
 
 if __name__ == "__main__":

@@ -204,6 +204,30 @@ def _render(tokenizer, messages, tag):
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + tag
 
 
+TEMPLATE_FIX = ("--chat-template chatml (a ChatML template that renders every turn verbatim) or a Jinja file of your "
+                "own, or a single-turn env")
+
+
+def check_template(tokenizer, think: bool = True) -> None:
+    """Refuse (ValueError, one line) a chat template that rewrites earlier turns. A multi-turn episode appends only
+    what the template adds after the text the model has already seen; that needs the rendering of turn 1 (prompt +
+    generated text) to be a prefix of the rendering of turn 2. Thinking-model templates (Qwen3: earlier <think>
+    blocks are dropped) break it, and every episode would end as `template` after its first turn."""
+    tag = "<think>" if think else "<answer>"
+    reply = ("I should move left.</think> <answer>Left</answer>" if think else "Left</answer>")
+    msgs = [{"role": "system", "content": "You're a helpful assistant. Rules."},
+            {"role": "user", "content": "Turn 1:\nState:\nP_G"}]
+    seen = _render(tokenizer, msgs, tag) + reply
+    nxt = _render(tokenizer, msgs + [{"role": "assistant", "content": tag + reply},
+                                     {"role": "user", "content": "Reward:\n0.0\nTurn 2:\nState:\nPG"}], tag)
+    if not nxt.startswith(seen):
+        at = next((i for i, (a, b) in enumerate(zip(seen, nxt)) if a != b), min(len(seen), len(nxt)))
+        raise ValueError(f"the chat template does not keep earlier turns verbatim (turn 1 as the model saw it is not "
+                         f"a prefix of turn 2's prompt; they differ at {seen[at:at + 24]!r} vs {nxt[at:at + 24]!r}, "
+                         f"e.g. a thinking-model template dropping earlier <think> blocks), so every multi-turn "
+                         f"episode would end after turn 1; use {TEMPLATE_FIX}")
+
+
 def _forget(kv, i):
     """A finished episode's KV states are no longer needed."""
     if kv is not None:

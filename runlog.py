@@ -197,8 +197,11 @@ def check_resume_config(saved: dict, explicit: dict) -> None:
     unknown = [k for k in explicit if k not in saved and k not in RESUMABLE_OVERRIDES]
     if diffs or unknown:
         lines = diffs + [f"--{k.replace('_', '-')}: not a flag of the saved run" for k in unknown]
+        hint = ("\nTo evaluate the checkpoint on other seeds / temperatures without training: python evaluate.py "
+                "RUN --seeds START:END --temperature T." if any(k.startswith("val_") for k in explicit
+                                                               if k not in RESUMABLE_OVERRIDES) else "")
         raise ValueError("--resume: the command line disagrees with the run's config.json:\n  " + "\n  ".join(lines)
-                         + "\nStart a new run (--name) to change these, or drop them from the command line.")
+                         + "\nStart a new run (--name) to change these, or drop them from the command line." + hint)
 
 
 # ----------------------------------------------------------------------------------------------- RNG + checkpoints

@@ -15,6 +15,8 @@ Single process:      python train.py --preset demo
 Paper scale (GPU):   python train.py --preset paper --model Qwen/Qwen2.5-3B
 Several processes:   torchrun --nproc_per_node 2 train.py --cpu ...   (or `accelerate launch train.py ...` on GPUs)
 Resume:              python train.py --resume runs/<name> [--steps N]
+Your own env:        python train.py --env path/to/my_env.py:MyEnv --env-options '{...}'   (docs/guide.md)
+Afterwards:          python evaluate.py runs/<name> --seeds 5000:5064;  python export.py runs/<name> out_dir
 
 Distributed: groups are sharded across processes (P must be divisible by the number of processes); returns are
 gathered so every process takes the same filter decision; mini-batches are formed over the *global* kept batch
@@ -509,6 +511,22 @@ def open_run(run_dir: Path, args, dist: Dist):
     return lock, ckpt
 
 
+def load_policy(args, device):
+    """policy.load(--model) with the --chat-template installed, refused in one line (config.UsageError) when the
+    model cannot load or its template cannot run multi-turn episodes (rollout.check_template)."""
+    try:
+        model, tok = policy.load(args.model, device=device, seed=args.seed)
+    except (ValueError, ImportError) as e:
+        raise config.UsageError(f"--model: {e}") from None
+    policy.set_chat_template(tok, args.chat_template)
+    if (args.max_turns or config._env_turns(args.env, args.env_options)) > 1:
+        try:
+            rollout.check_template(tok, args.think)
+        except ValueError as e:
+            raise config.UsageError(f"--chat-template: model {args.model!r}: {e}") from None
+    return model, tok
+
+
 def run_environment(args, device) -> dict:
     """What decided this run's numbers beyond its flags: the precision path (it depends on the CPU) and, for envs
     that run model-written code, the isolation they used."""
@@ -528,7 +546,10 @@ def open_log(run_dir: Path, args, acc, dist: Dist, resumed_at: int | None) -> ru
         (run_dir / "finished.json").unlink(missing_ok=True)       # written again when this invocation completes
     if args.resume:
         log.truncate_after(resumed_at - 1 if resumed_at is not None else -2)
-    if args.trackers:
+    if args.trackers:            # tensorboard & co. write under <run>/trackers/ (make_accelerator's logging_dir)
+        if "trackio" in config.tracker_names(args.trackers):
+            import os
+            os.environ.setdefault("TRACKIO_DIR", str(run_dir / "trackers" / "trackio"))   # read when trackio imports
         acc.init_trackers(args.name, config=dataclasses.asdict(args))
     return log
 
@@ -546,13 +567,13 @@ def main(argv=None) -> Path:
     """The paper's training loop (§2 objective, §3 MI proxy, §4 SNR-Aware Filtering): setup, then one iteration per
     step with one call per step of the algorithm; bookkeeping lives in the helpers above."""
     args, _ = config.resolve(argv)
-    dist = Dist(make_accelerator(args.cpu, [t for t in args.trackers.split(",") if t] or None))
+    run_dir = Path(args.resume) if args.resume else Path(args.out_dir) / args.name
+    dist = Dist(make_accelerator(args.cpu, config.tracker_names(args.trackers) or None, project_dir=run_dir))
     acc = dist.acc
     check_world(args, dist)
-    run_dir = Path(args.resume) if args.resume else Path(args.out_dir) / args.name
     refuse_existing(run_dir, args)                           # cheap check first: before the model loads
     torch.manual_seed(args.seed)
-    model, tok = policy.load(args.model, device=acc.device, seed=args.seed)   # a model that cannot load: nothing written
+    model, tok = load_policy(args, acc.device)               # a model that cannot load: nothing written
     lock, ckpt = open_run(run_dir, args, dist)
     L = build_learner(model, args, dist)                     # the frozen copy is taken before a checkpoint loads
     start = restore(L, ckpt, dist) if ckpt is not None else 0

@@ -584,3 +584,90 @@ def test_cli_show_and_play(capsys, monkeypatch):
     monkeypatch.setattr(builtins, "input", lambda *_: next(lines))
     envs.main(["sokoban", "--seed", "3", "--play"])
     assert "success True" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------- your own environment (issue 25)
+# The example of docs/guide.md ("Your own environment"), written outside the repository by the tests.
+USER_ENV = '''
+import numpy as np
+from env_base import Env
+
+
+class Guess(Env):
+    """Guess a number in 0..hi; each wrong guess is told whether it was too low or too high."""
+    name = "guess"
+    noun = "answer"
+
+    def __init__(self, hi=9, max_turns=4, max_actions_per_turn=1, max_actions=4, max_tokens=60):
+        super().__init__(max_turns, max_actions_per_turn, max_actions, max_tokens)
+        if not isinstance(hi, int) or hi < 1:
+            raise ValueError(f"hi must be an integer >= 1, got {hi!r}")
+        self.hi = hi
+        self.instructions = f"Guess my number between 0 and {hi}.\\n" + self.protocol("4")
+
+    def _reset(self, seed):
+        self.target, self.hint = int(np.random.default_rng(seed).integers(self.hi + 1)), "Make a guess."
+
+    def _step(self, action):
+        if not action.strip().isdigit():
+            self.hint = f"{action!r} is not a number."
+            return 0.0, {}
+        guess = int(action)
+        self.done = self.success = guess == self.target
+        self.hint = "Right!" if self.success else f"{guess} is too {'low' if guess < self.target else 'high'}."
+        return float(self.success), {}
+
+    def render(self):
+        return self.hint
+'''
+
+
+def write_user_env(directory, name="my_guess.py"):
+    path = directory / name
+    path.write_text(USER_ENV)
+    return path
+
+
+def test_an_env_defined_outside_the_repository_loads_by_file_and_by_module(tmp_path, monkeypatch):
+    path = write_user_env(tmp_path)
+    env = make_env(f"{path}:Guess", hi=3)
+    assert env.reset(7) == "Make a guess." and env.name == "guess"
+    target = env.target
+    wrong = (target + 1) % 4
+    obs, r, done, info = env.step(str(wrong))
+    assert (r, done, info["valid"], info["success"]) == (0.0, False, True, False) and "too" in obs
+    obs, r, done, info = env.step(str(target))
+    assert (obs, r, done, info["success"]) == ("Right!", 1.0, True, True)
+    assert make_env(f"{path}:Guess", hi=3).reset(7) == make_env(f"{path}:Guess", hi=3).reset(7)
+    assert copy.deepcopy(env).target == target
+    assert envs.env_class(f"{path}:Guess") is envs.env_class(f"{path}:Guess")      # the file runs once
+    monkeypatch.syspath_prepend(str(tmp_path))                                      # a module on the path
+    assert make_env("my_guess:Guess").reset(7) == "Make a guess."
+    monkeypatch.chdir(tmp_path)                                                     # relative file path
+    assert make_env("my_guess.py:Guess", hi=3).reset(7) == "Make a guess."
+
+
+def test_a_bad_user_env_is_one_clear_error(tmp_path):
+    path = write_user_env(tmp_path)
+    (tmp_path / "broken.py").write_text("import nonexistent_package_xyz\n")
+    (tmp_path / "partial.py").write_text("class Half:\n    name = 'half'\n    def __init__(self):\n        pass\n")
+    for spec, match in [(f"{path}:Gues", "has no class 'Gues'"), (f"{tmp_path}/nope.py:Guess", "does not exist"),
+                        (f"{tmp_path}/broken.py:X", "ModuleNotFoundError"), ("no_such_module_xyz:X", "PYTHONPATH"),
+                        (f"{tmp_path}/partial.py:Half", "misses"), (f"{path}:", "module:Class")]:
+        with pytest.raises(ValueError, match=match) as e:
+            make_env(spec)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['size'\]"):
+        make_env(f"{path}:Guess", size=3)
+    with pytest.raises(ValueError, match="hi must be"):                              # the env's own check
+        make_env(f"{path}:Guess", hi=0)
+
+
+def test_envs_cli_shows_a_user_env(tmp_path, capsys):
+    path = write_user_env(tmp_path)
+    envs.main([f"{path}:Guess", "--seed", "3", "-o", "hi=5"])
+    out = capsys.readouterr().out
+    assert "Guess my number between 0 and 5." in out and "Make a guess." in out
+    with pytest.raises(SystemExit):
+        envs.main(["chess"])
+    assert "module:Class" in capsys.readouterr().err

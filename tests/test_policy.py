@@ -482,3 +482,16 @@ def test_kv_reuse_across_turns_equals_reencoding(tiny):
         assert all(len(ids) == 3 and all(-30 < x <= 0 for x in lp) for ids, lp in out)
         ctx_kv = [c + ids + [11, 12] for c, (ids, _) in zip(ctx_kv, out)]
     assert kv16.entries[0][1][0][1].dtype == torch.bfloat16  # V states of layer 0 were computed in bf16
+
+
+def test_an_uncached_hub_id_without_network_fails_fast_in_one_line(monkeypatch):
+    import time
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="not in the local Hugging Face cache and the hub is unreachable") as e:
+        policy.load("nobody-xyz/no-such-model")
+    assert "\n" not in str(e.value) and time.perf_counter() - t0 < 20        # not ~50 s of retries
+    import config
+    import train
+    with pytest.raises(config.UsageError, match="^--model: could not load"):
+        train.load_policy(config.resolve(["--model", "nobody-xyz/no-such-model"])[0], "cpu")

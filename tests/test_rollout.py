@@ -371,3 +371,40 @@ def test_dropping_finished_rows_changes_no_sample(tiny):
                 assert torch.allclose(k, k2, atol=1e-5) and torch.allclose(v, v2, atol=1e-5)
     with pytest.raises(ValueError, match="drop_every"):
         sampling.generate(model, tok, first, max_new_tokens=2, drop_every=-1)
+
+
+# ------------------------------------------------------------------------------- chat templates (thinking models)
+# A Qwen3-style template: earlier assistant turns lose their <think> block (only the text after </think> is kept).
+DROPS_THINK = ("{%- for message in messages %}{%- if message['role'] == 'assistant' and not loop.last %}"
+               "{{ '<|im_start|>assistant\\n' + message['content'].split('</think>')[-1].lstrip() + '<|im_end|>\\n' }}"
+               "{%- else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+               "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def test_a_template_that_rewrites_history_is_refused_and_chatml_fixes_it(tiny, tmp_path):
+    import copy
+
+    import config
+    import train
+    model, tok = tiny
+    rollout.check_template(tok)                                     # SmolLM2's own template keeps every turn
+    bad = copy.deepcopy(tok)
+    bad.chat_template = DROPS_THINK
+    with pytest.raises(ValueError, match="--chat-template chatml"):
+        rollout.check_template(bad)
+    # what the check prevents: every multi-turn episode silently ends after its first turn
+    cfg = RolloutConfig(env="frozenlake", max_new_tokens=30)
+    thinks = Scripted(lambda seed, turn, row: " I bump the wall.</think> <answer>Up</answer><|im_end|>")
+    ended = [t.end_reason for t in rollout.rollout(model, bad, cfg, [0, 1], 1, generate_fn=thinks)]
+    assert ended == ["template", "template"]
+    fixed = policy.set_chat_template(copy.deepcopy(bad), "chatml")
+    rollout.check_template(fixed)
+    assert all(len(t.turns) > 1 for t in rollout.rollout(model, fixed, cfg, [0, 1], 1, generate_fn=thinks))
+    # train.py: refused in one line before anything is written; a single-turn env does not need the check
+    path = tmp_path / "drops_think.jinja"
+    path.write_text(DROPS_THINK)
+    argv = ["--preset", "smoke", "--out-dir", str(tmp_path / "runs"), "--chat-template", str(path), "--no-progress"]
+    with pytest.raises(config.UsageError, match="--chat-template.*chatml") as e:
+        train.main([*argv, "--env", "frozenlake"])
+    assert "\n" not in str(e.value) and not (tmp_path / "runs").exists()
+    train.load_policy(config.resolve([*argv, "--env", "bandit"])[0], "cpu")

@@ -47,6 +47,8 @@ def test_algo_bundles_and_explicit_flags_win():
     (["--env", "sokoban", "--env-options", '{"num_boxes": 99}'], "num_boxes"),
     (["--mini-batch", "2", "--micro-batch", "4"], "--mini-batch"),
     (["--no-think"], "--mi-every"),
+    (["--trackers", "tensorbord"], "--trackers"),                  # a typo: one line, not accelerate's traceback
+    (["--chat-template", "/nonexistent.jinja"], "--chat-template"),
 ])
 def test_bad_input_is_rejected_before_compute(argv, flag):
     with pytest.raises((ValueError, SystemExit)) as e:
@@ -368,3 +370,27 @@ def test_sum_norm_constant_is_the_whole_trajectory_budget():
     assert config.loss_norm_len(a) == 120 * 5                        # FrozenLake: 5 turns by default
     assert config.loss_norm_len(config.resolve(["--env", "frozenlake", "--max-turns", "2"])[0]) == 2 * 120
     assert config.loss_norm_len(config.resolve(["--env", "countdown", "--max-new-tokens", "64"])[0]) == 64
+
+
+# ------------------------------------------------------------------------------------------------------ trackers
+def test_an_uninstalled_tracker_is_refused_in_one_line(monkeypatch):
+    from accelerate import tracking
+    monkeypatch.setattr(tracking, "get_available_trackers", lambda: [])               # as if nothing were installed
+    with pytest.raises(config.UsageError, match="--trackers: tracker.*not installed.*requirements-trackers.txt") as e:
+        config.resolve(["--trackers", "tensorboard"])
+    assert "\n" not in str(e.value)
+
+
+def test_tensorboard_tracker_writes_the_logged_metrics_under_the_run(tmp_path):
+    pytest.importorskip("tensorboard", reason="optional tracker: pip install -r requirements-trackers.txt")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    d = run(tmp_path, "tb", "--env", "bandit", "--filter", "none", "--mi-every", "0", "--trackers", "tensorboard")
+    files = list((d / "trackers").rglob("events.out.tfevents.*"))
+    assert files, "no event file under the run directory"
+    ea = EventAccumulator(str(files[0].parent))
+    ea.Reload()
+    logged = {r["step"]: r for r in runlog.read_metrics(d) if r["step"] >= 0}
+    events = ea.Scalars("rollout/return")
+    assert [e.step for e in events] == sorted(logged) == [0, 1]
+    assert [e.value for e in events] == pytest.approx([logged[s]["rollout/return"] for s in (0, 1)])
+    assert "val/success" in ea.Tags()["scalars"]
