@@ -1,6 +1,6 @@
 """The text environments of RAGEN-2 and their registry: Sokoban, FrozenLake (here), Countdown, MetaMathQA, Bandit
-(tasks.py), and offline minis of the paper's agentic testbeds: SearchQA (searchqa.py), WebShop (webshop.py),
-DeepCoder (deepcoder.py, programs run in sandbox.py).
+(tasks.py), and offline minis of the paper's agentic testbeds: SearchQA, WebShop and
+DeepCoder (agentic/: searchqa.py, webshop.py, deepcoder.py; programs run in agentic/sandbox.py).
 
 What it implements (paper section 4 / App. B, and the official code, mll-lab-nu/RAGEN):
   * sokoban    6x6 room (outer ring wall), 1 box, actions Up/Down/Left/Right with push mechanics; rewards -0.1 per
@@ -63,12 +63,12 @@ import inspect
 import numpy as np
 
 import sokoban_gen
-from deepcoder import DeepCoder
+from agentic.deepcoder import DeepCoder
 from env_base import FORMAT, Env, _int_opt, _prob_opt  # noqa: F401  (re-exported: envs.Env, envs.FORMAT)
-from searchqa import SearchQA
+from agentic.searchqa import SearchQA
 from sokoban_gen import MOVES, TARGET, WALL, push
 from tasks import Bandit, Countdown, MetaMathQA
-from webshop import WebShop
+from agentic.webshop import WebShop
 
 ENV_NAMES = ("sokoban", "frozenlake", "countdown", "metamathqa", "bandit", "searchqa", "webshop", "deepcoder")
 

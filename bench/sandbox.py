@@ -17,9 +17,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import deepcoder                                                      # noqa: E402
-import sandbox                                                        # noqa: E402
-from deepcoder_problems import PROBLEMS                               # noqa: E402
+from agentic import deepcoder                                         # noqa: E402
+from agentic import sandbox                                           # noqa: E402
+from agentic.deepcoder_problems import PROBLEMS                       # noqa: E402
 
 
 def cpu_name() -> str:

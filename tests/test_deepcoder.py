@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-import deepcoder
+from agentic import deepcoder
 import envs
 import rollout
 import runlog
-import sandbox
+from agentic import sandbox
 import train
-from deepcoder_problems import PROBLEMS
+from agentic.deepcoder_problems import PROBLEMS
 
 PROJECT = Path(__file__).resolve().parents[1]
 BY_NAME = {p["name"]: p for p in PROBLEMS}
@@ -203,7 +203,7 @@ def test_hostile_answers_score_zero_and_return():
     for code in ("while True:\n    pass",
                  "import os\nos.system('echo hacked')",
                  "import os\nwhile True:\n    os.fork()",
-                 f"print(open({str(PROJECT / 'deepcoder_problems.py')!r}).read())",
+                 f"print(open({str(PROJECT / 'agentic' / 'deepcoder_problems.py')!r}).read())",
                  "print('x' * 10**8)"):
         env = env_on("shout", **env_options)
         reward, info = answer(env, code)
@@ -214,9 +214,9 @@ def test_hostile_answers_score_zero_and_return():
 # path), load it, and answer every call from the hidden tests. Against a readable checkout this scores 1.0.
 LOOKUP = f"""import os
 def _problems():
-    paths = [{str(PROJECT / 'deepcoder_problems.py')!r}]
+    paths = [{str(PROJECT / 'agentic' / 'deepcoder_problems.py')!r}]
     for pid in os.listdir('/proc'):
-        paths += [f'/proc/{{pid}}/cwd/deepcoder_problems.py', f'/proc/{{pid}}/root{PROJECT}/deepcoder_problems.py']
+        paths += [f'/proc/{{pid}}/cwd/agentic/deepcoder_problems.py', f'/proc/{{pid}}/root{PROJECT}/agentic/deepcoder_problems.py']
     for path in paths:
         try:
             scope = {{}}

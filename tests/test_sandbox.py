@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import sandbox
+from agentic import sandbox
 
 PROJECT = Path(__file__).resolve().parents[1]
 # CPU-bound programs die at 1 CPU second; the generous wall keeps that true on a busy machine (where 1 CPU second
@@ -164,8 +164,8 @@ def test_writes_outside_the_scratch_dir_fail(tmp_path):
              "open('../../escape.txt', 'w').write('x')", f"import os\nos.mkdir({str(tmp_path / 'd')!r})",
              f"import pathlib\npathlib.Path({str(tmp_path / 'p.txt')!r}).write_text('x')",
              f"import os\nos.rename('.', {str(tmp_path / 'moved')!r})",
-             f"import os\nos.symlink({str(PROJECT / 'sandbox.py')!r}, 'link')",
-             f"import shutil\nshutil.copy({str(PROJECT / 'sandbox.py')!r}, 'copy.py')"]
+             f"import os\nos.symlink({str(PROJECT / 'agentic' / 'sandbox.py')!r}, 'link')",
+             f"import shutil\nshutil.copy({str(PROJECT / 'agentic' / 'sandbox.py')!r}, 'copy.py')"]
     for code in codes:
         out, err, r = run1(code)
         assert out is None and "not allowed" in err, (code, err)
@@ -175,10 +175,10 @@ def test_writes_outside_the_scratch_dir_fail(tmp_path):
 
 
 def test_reading_the_project_files_fails():
-    for code in (f"print(open({str(PROJECT / 'deepcoder_problems.py')!r}).read())",
+    for code in (f"print(open({str(PROJECT / 'agentic' / 'deepcoder_problems.py')!r}).read())",
                  f"print(open({str(Path(__file__).resolve())!r}).read())",
                  f"import os\nprint(os.listdir({str(PROJECT)!r}))",
-                 f"import os\nos.chdir({str(PROJECT)!r})\nprint(open('sandbox.py').read())",
+                 f"import os\nos.chdir({str(PROJECT)!r})\nprint(open('agentic/sandbox.py').read())",
                  "print(open('/etc/passwd').read())"):
         out, err, _ = run1(code)
         assert out is None and "not allowed" in err, (code, err)
@@ -271,12 +271,12 @@ def test_checkout_and_parent_are_invisible_through_proc(audit, monkeypatch):
     code = f"""import os
 found = []
 for pid in os.listdir('/proc'):
-    for name in ('cwd/deepcoder_problems.py', 'root{PROJECT}/deepcoder_problems.py', 'environ', 'cmdline'):
+    for name in ('cwd/agentic/deepcoder_problems.py', 'root{PROJECT}/agentic/deepcoder_problems.py', 'environ', 'cmdline'):
         try:
             found.append(open(f'/proc/{{pid}}/{{name}}', 'rb').read()[:4000])
         except Exception:
             pass
-for path in ({str(PROJECT / 'deepcoder_problems.py')!r}, '/proc/{os.getpid()}/environ', '/proc/{os.getppid()}/cwd'):
+for path in ({str(PROJECT / 'agentic' / 'deepcoder_problems.py')!r}, '/proc/{os.getpid()}/environ', '/proc/{os.getppid()}/cwd'):
     try:
         found.append(open(path, 'rb').read())
     except Exception as e:

@@ -13,10 +13,10 @@ import pytest
 import envs
 import rollout
 import runlog
-import searchqa
+from agentic import searchqa
 import train
 from rollout import RolloutConfig
-from searchqa import BM25, SearchQA, answer_reward, f1_score, format_results, normalize_answer
+from agentic.searchqa import BM25, SearchQA, answer_reward, f1_score, format_results, normalize_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -199,7 +199,7 @@ def test_same_seed_same_instance_in_any_order_and_any_process():
     questions = {e.reset(s) for s, e in enumerate(envs20)}
     assert len({repr(e.world) for e in envs20}) == 20 and len(questions) >= 15   # questions may recur, facts not
     # a fresh interpreter with another string-hash seed draws the same instance
-    code = "import searchqa; e = searchqa.SearchQA(); e.reset(7); print(repr((e.question, e.world['passages'])))"
+    code = "from agentic import searchqa; e = searchqa.SearchQA(); e.reset(7); print(repr((e.question, e.world['passages'])))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
     assert out.strip() == repr((a.question, a.world["passages"]))

@@ -9,9 +9,9 @@ import envs
 import rollout
 import runlog
 import train
-import webshop as ws
+from agentic import webshop as ws
 from rollout import RolloutConfig
-from webshop import WebShop
+from agentic.webshop import WebShop
 
 
 # ------------------------------------------------------------------------------------------ hand-built cases

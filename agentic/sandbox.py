@@ -331,7 +331,7 @@ def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int) -> li
     (read-only, site-packages hidden) and the scratch dir (read-write, the cwd); new pid / net / ipc / uts /
     cgroup namespaces, no capabilities, no environment. A root trainer keeps CAP_SETUID/SETGID for the harness,
     which drops to uid/gid before reading its payload; otherwise a user namespace maps the trainer to uid/gid."""
-    interp, project = _interpreter(python), os.path.dirname(os.path.realpath(__file__))
+    interp, project = _interpreter(python), os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     for d in interp["dirs"]:
         if project == d or project.startswith(d + os.sep):
             raise ValueError(f"isolation='bwrap': the interpreter directory {d} contains the checkout {project}; "

@@ -33,7 +33,7 @@ scipy, which nanoRAGEN avoids.
 Left out: HotpotQA data, the 21M-passage wiki-18 corpus and its E5 dense retriever (a FAISS server), stemming
 (Lucene's Porter step; we only lower-case and drop Lucene's English stop words), comparison questions.
 
-Run: `python envs.py searchqa --seed 0 --show`; `python searchqa.py --seeds 200` measures retrieval recall of
+Run: `python envs.py searchqa --seed 0 --show`; `python -m agentic.searchqa --seeds 200` measures retrieval recall of
 the gold passages, the scripted two-search policy and a one-search baseline; tests in tests/test_searchqa.py.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ from collections import Counter
 
 import numpy as np
 
-from bm25 import BM25, tokenize  # noqa: F401  (re-exported: searchqa.BM25)
+from .bm25 import BM25, tokenize  # noqa: F401  (re-exported: searchqa.BM25)
 from env_base import Env, _int_opt, _prob_opt
 
 # ---------------------------------------------------------------------------------------------- answer scoring

@@ -51,8 +51,8 @@ import subprocess
 
 import numpy as np
 
-import sandbox
-from deepcoder_problems import PROBLEMS
+from . import sandbox
+from .deepcoder_problems import PROBLEMS
 from env_base import Env, _int_opt
 
 SPLITS = ("auto", "train", "val", "all")

@@ -50,7 +50,7 @@ Paper / official code vs ours (deliberate differences):
   * the done page is shortened to the purchase and its score; reviews are empty and ratings "N.A." (as in the
     official small dump, which loads no reviews). No human goals, no image features, no "Attributes" page.
     Every other page's text and clickables equal the official templates rendered by jinja2 + BeautifulSoup.
-Run: `python envs.py webshop --seed 3 --show` / `--play`; `python webshop.py --episodes 200` runs the scripted
+Run: `python envs.py webshop --seed 3 --show` / `--play`; `python -m agentic.webshop --episodes 200` runs the scripted
 shopper and prints its success rate and the step time.
 """
 from __future__ import annotations
@@ -61,9 +61,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from bm25 import BM25, STOP_WORDS
+from .bm25 import BM25, STOP_WORDS
 from env_base import Env, _int_opt
-from webshop_catalogue import PRICE_RANGE, TYPES, make_goals, make_product  # noqa: F401 (PRICE_RANGE: tests)
+from .webshop_catalogue import PRICE_RANGE, TYPES, make_goals, make_product  # noqa: F401 (PRICE_RANGE: tests)
 
 # ------------------------------------------------------------------------------------- official constants
 RENDER_INSTRUCTIONS = [         # ragen/env/webshop/env.py, verbatim
