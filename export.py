@@ -32,7 +32,6 @@ import torch
 
 import config
 import policy
-import runlog
 
 EXPORT_INFO = "nanoragen_export.json"
 

@@ -3,7 +3,6 @@ the pass-fraction reward on hand-built answers, fences, '||', the train/validati
 answers (reward hacking by reading the problems, forged reports: 0, never raising), fail-closed isolation, options,
 and a train.py smoke run. Runs under bubblewrap where it works, else under isolation='process' (stated skips)."""
 import json
-import os
 import sys
 from pathlib import Path
 
