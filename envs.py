@@ -53,6 +53,8 @@ Left out: the official retrieval server, product dump and coding datasets, image
 
 Run: `python envs.py sokoban --seed 3 --show` prints the instructions and first observation;
 `python envs.py frozenlake --seed 1 --play -o slip=0.2` plays an episode in the terminal;
+`python envs.py frozenlake --seed 1 --play --agent runs/<name> [--temperature T] [--max-new-tokens N]` watches a policy
+(a run, an exported directory or a model name, loaded as evaluate.py does) play it, turn by turn with its reasoning;
 `python envs.py path/to/my_env.py:MyEnv --show` shows your own.
 """
 from __future__ import annotations
@@ -388,16 +390,66 @@ def _parse_value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
+def agent_episode(source: str, env: str, options: dict, seed: int, *, temperature: float | None = None,
+                  max_new_tokens: int | None = None, checkpoint: str = "last", device: str | None = None,
+                  generate_fn=None) -> dict:
+    """One episode of a policy (a run directory, an exported directory or a model name) on `env` at instance `seed`,
+    by the training code path: evaluate.resolve_source / load_source (the loader of evaluate.py), then rollout.rollout
+    with group size 1 at the run's validation temperature (0.5 for a model name) unless `temperature` is given.
+    Returns the samples.jsonl record of the episode (train.sample_records) plus per-turn `rewards`, `valid`,
+    `penalties`, and `end_reason`, `setup` (source, step, env, temperature, max_new_tokens) for runlog.format_episode.
+    config.UsageError (one line, naming the flag) before the model loads when a flag is refused. CLI-side helper:
+    its imports are deferred so that envs.py itself stays below rollout.py in the import order."""
+    import dataclasses
+    import json
+
+    import torch
+
+    import evaluate
+    import rollout
+    import sampling
+    import train
+
+    flags = ["--env", env] + (["--env-options", json.dumps(options)] if options else [])
+    if temperature is not None:
+        flags += ["--val-temperature", repr(float(temperature))]
+    if max_new_tokens is not None:
+        flags += ["--max-new-tokens", str(int(max_new_tokens))]
+    args, kind = evaluate.resolve_source(source, flags, checkpoint=checkpoint)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model, tok, step = evaluate.load_source(source, args, kind, device, checkpoint)
+    rcfg = train.rollout_config(args)
+    rcfg = dataclasses.replace(rcfg, temperature=args.val_temperature, top_p=rcfg.val_top_p)   # as validation samples
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        [traj] = rollout.rollout(model, tok, rcfg, [seed], 1, generate_fn=generate_fn or sampling.generate)
+    return {**train.sample_records([traj], 1)[0], "rewards": [t.reward for t in traj.turns],
+            "valid": [list(t.valid) for t in traj.turns], "penalties": [t.penalty for t in traj.turns],
+            "end_reason": traj.end_reason,
+            "setup": {"source": source, "kind": kind, "step": step, "env": args.env, "temperature": args.val_temperature,
+                      "max_new_tokens": args.max_new_tokens}}
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Show or play one episode of a nanoRAGEN text environment.")
+    ap = argparse.ArgumentParser(description="Show or play one episode of a nanoRAGEN text environment, yourself or "
+                                 "watching an agent (--play --agent).")
     ap.add_argument("name", help=f"a built-in env ({', '.join(ENV_NAMES)}) or your own: module:Class, "
                     "path/to/file.py:Class")
-    ap.add_argument("--seed", type=int, default=0, help="instance seed (same seed, same instance)")
+    ap.add_argument("--seed", type=int, default=0, help="instance seed (same seed, same instance); with --agent also "
+                    "the sampling seed")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--show", action="store_true", help="print instructions and first observation (default)")
-    mode.add_argument("--play", action="store_true", help="play an episode: type actions separated by ' || '")
+    mode.add_argument("--play", action="store_true", help="play an episode: type actions separated by ' || ' (or "
+                      "watch --agent play it)")
     ap.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                     help="environment option, e.g. -o slip=0.2 -o size=5 (repeatable)")
+    ap.add_argument("--agent", metavar="SOURCE", help="with --play: the policy that plays, turn by turn with its "
+                    "reasoning: runs/<name> | an exported directory | smollm2-135m | tiny | a Hugging Face id")
+    ap.add_argument("--temperature", type=float, help="with --agent: sampling temperature > 0 (default: the run's "
+                    "--val-temperature, else 0.5)")
+    ap.add_argument("--max-new-tokens", type=int, help="with --agent: token cap per turn (default: the run's, else "
+                    "train.py's default)")
+    ap.add_argument("--checkpoint", choices=["last", "prev"], help="with --agent runs/<name>: which checkpoint [last]")
     args = ap.parse_args(argv)
     options = {}
     for item in args.option:
@@ -405,10 +457,36 @@ def main(argv=None):
         if not sep:
             ap.error(f"--option expects KEY=VALUE, got {item!r}")
         options[key] = _parse_value(val)
+    if args.agent is not None and not args.play:
+        ap.error("--agent: only with --play (watch the agent play an episode)")
+    for flag in ("temperature", "max_new_tokens", "checkpoint"):
+        if getattr(args, flag) is not None and args.agent is None:
+            ap.error(f"--{flag.replace('_', '-')}: only with --play --agent SOURCE")
+    if args.temperature is not None and not args.temperature > 0:
+        ap.error(f"--temperature: must be > 0, got {args.temperature}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        ap.error(f"--max-new-tokens: must be >= 1, got {args.max_new_tokens}")
     try:
         env = make_env(args.name, **options)
     except ValueError as err:
         ap.error(str(err))
+    if args.agent is not None:
+        import sys
+
+        import runlog
+        try:
+            rec = agent_episode(args.agent, args.name, options, args.seed, temperature=args.temperature,
+                                max_new_tokens=args.max_new_tokens, checkpoint=args.checkpoint or "last")
+        except ValueError as err:                   # config.UsageError included: one line, exit 2
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(2)
+        s = rec["setup"]
+        print(f"=== instructions (the system message) ===\n{rec['messages'][0]['content']}\n")
+        step = "" if s["step"] is None else f" (step {s['step']})"
+        title = (f"{s['source']}{step} plays {s['env']} seed {args.seed} at temperature {s['temperature']:g}, "
+                 f"<= {s['max_new_tokens']} new tokens a turn")
+        print(runlog.format_episode(rec, title=title, color=sys.stdout.isatty()))
+        return
     obs = env.reset(args.seed)
     print(f"=== instructions ===\n{env.instructions}\n")
     if not args.play:

@@ -78,6 +78,33 @@ def env_tag(env: str) -> str:
     return _slug(f"{Path(module).stem}.{cls}" if sep else env)
 
 
+def resolve_source(source: str, flags: list, *, seed: int = 0, checkpoint: str = "last"):
+    """(args, kind) of a policy SOURCE (a run directory, a model directory, a model name) with train.py override
+    flags (`--env`, `--val-temperature`, `--max-new-tokens`, ...), validated by config.resolve as train.py does, before
+    any model loads. A run brings its own flags (config.json) and needs its checkpoint; other sources need `--env`
+    and sample at --val-temperature 0.5 unless it is given. config.UsageError (one line) otherwise. Shared by
+    evaluate.py and `python envs.py ENV --play --agent SOURCE`."""
+    kind = source_kind(source)
+    flags = list(flags)
+    if kind == "run":
+        base = str(Path(source).expanduser())
+    else:
+        if "--env" not in flags:
+            raise config.UsageError(f"--env: required when SOURCE is not a run directory ({source!r})")
+        base = ""
+        flags += ["--model", str(Path(source).expanduser()) if kind == "dir" else source]
+    flags += ["--mi-every", "0", "--filter", "none", "--seed", str(seed)]   # evaluation: no filter, no train MI
+    try:
+        args, _ = config.resolve(flags, base_run=base)
+    except SystemExit:
+        raise config.UsageError("a flag was refused (see above)") from None
+    if "--val-temperature" not in flags and kind != "run":
+        args.val_temperature = 0.5
+    if kind == "run" and not export.checkpoint_path(Path(base), checkpoint).is_file():
+        raise config.UsageError(f"{source}: no checkpoint at {export.checkpoint_path(Path(base), checkpoint)}")
+    return args, kind
+
+
 def plan(argv=None):
     """Parse and check everything that can fail before a model loads. Returns (opts, args, seeds, kind, out path)."""
     ap = argparse.ArgumentParser(description="Evaluate a run, an exported model directory or a model name on an "
@@ -108,7 +135,6 @@ def plan(argv=None):
     ap.add_argument("--overwrite", action="store_true", help="replace an existing result file")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU even when CUDA is available")
     o = ap.parse_args(argv)
-    kind = source_kind(o.source)
     flags = []                                      # train.py flags: config.resolve validates them as train.py does
     for name in ("env", "env_options", "max_new_tokens", "max_turns", "max_context", "chat_template"):
         v = getattr(o, name)
@@ -118,20 +144,7 @@ def plan(argv=None):
         flags += ["--val-temperature", str(o.temperature)]
     if o.bf16 is not None:
         flags += ["--bf16" if o.bf16 else "--no-bf16"]
-    if kind == "run":
-        base = str(Path(o.source).expanduser())
-    else:
-        if o.env is None:
-            raise config.UsageError(f"--env: required when SOURCE is not a run directory ({o.source!r})")
-        base = ""
-        flags += ["--model", str(Path(o.source).expanduser()) if kind == "dir" else o.source]
-    flags += ["--mi-every", "0", "--filter", "none", "--seed", str(o.seed)]   # evaluation: no filter, no train MI
-    try:
-        args, _ = config.resolve(flags, base_run=base)
-    except SystemExit:
-        raise config.UsageError("a flag was refused (see above)") from None
-    if o.temperature is None and kind != "run":
-        args.val_temperature = 0.5
+    args, kind = resolve_source(o.source, flags, seed=o.seed, checkpoint=o.checkpoint)
     seeds = (parse_seeds(o.seeds, o.episodes) if o.seeds else
              list(range(args.val_seed, args.val_seed + (o.episodes or args.val_envs))))
     if o.group_size < 1:
@@ -142,8 +155,6 @@ def plan(argv=None):
         raise config.UsageError(f"--mi-samples: needs >= 2 pairs, got {o.mi_samples}")
     if o.samples < 0:
         raise config.UsageError(f"--samples: must be >= 0, got {o.samples}")
-    if kind == "run" and not export.checkpoint_path(Path(base), o.checkpoint).is_file():
-        raise config.UsageError(f"{o.source}: no checkpoint at {export.checkpoint_path(Path(base), o.checkpoint)}")
     tag = o.tag or f"{env_tag(args.env)}-{seeds[0]}-{seeds[-1] + 1}-t{args.val_temperature:g}"
     out = Path(o.out) if o.out else (Path(o.source).expanduser() / f"eval-{tag}.json" if kind != "name" else
                                      Path(f"eval-{_slug(o.source)}-{tag}.json"))
@@ -153,11 +164,16 @@ def plan(argv=None):
 
 
 def load_policy(o, args, kind: str, device):
-    """(model, tokenizer, checkpoint step or None)."""
+    """(model, tokenizer, checkpoint step or None) of the parsed command line `o` (o.source, o.checkpoint)."""
+    return load_source(o.source, args, kind, device, o.checkpoint)
+
+
+def load_source(source: str, args, kind: str, device, checkpoint: str = "last"):
+    """(model, tokenizer, checkpoint step or None) for resolve_source's (args, kind): a run's checkpoint
+    (export.load_run), else train.load_policy (a model directory or name)."""
     import train
     if kind == "run":
-        model, tok, _, step = export.load_run(Path(o.source).expanduser(), device=device, which=o.checkpoint,
-                                              args=args)
+        model, tok, _, step = export.load_run(Path(source).expanduser(), device=device, which=checkpoint, args=args)
         return model, tok, step
     model, tok = train.load_policy(args, device)
     return model, tok, None

@@ -22,7 +22,10 @@ before any model is loaded.
 What it leaves out: remote trackers (wandb/tensorboard go through accelerate's trackers in train.py) and
 multi-checkpoint retention (the last checkpoint and the one before it are kept).
 
-Run: imported by train.py; `python runlog.py runs/<name>` prints the last logged metrics of a run.
+Run: imported by train.py; `python runlog.py runs/<name>` prints the last logged metrics of a run;
+`python runlog.py runs/<name> --samples [--step K] [--n N]` prints the trajectories logged at step K (default: the
+last), turn by turn: observation, the <think> reasoning in a marked block, answer, actions, reward (ANSI colour
+only on a terminal).
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ import math
 import os
 import platform
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -285,19 +289,125 @@ def _plain(v):
     return v
 
 
+# ------------------------------------------------------------------------------------------- reading episodes
+_TAG = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL)
+_REWARD = re.compile(r"\AReward:\n(\S+)\n")
+_ANSI = {"label": "\033[1m", "think": "\033[2;36m", "answer": "\033[1;32m", "bad": "\033[1;31m", "head": "\033[1;35m",
+         "end": "\033[0m"}
+
+
+def episode_turns(record: dict) -> list[dict]:
+    """The turns of one logged episode (a samples.jsonl row, train.sample_records; or the same record of a fresh
+    rollout with per-turn `rewards` / `valid` / `penalties` and its `end_reason` added).
+
+    Each turn: observation (the "State:" block of the user message rollout.turn_block wrote), reasoning (between
+    <think> and </think>; None when the reply has no think block), answer (between <answer> and </answer>; None when
+    there is none, a format error), actions (what reached env.step), valid (per action, or None if not recorded),
+    reward (the turn's env reward: recorded, else read from the next user message's "Reward:" line, else None: the
+    last turn of a samples.jsonl row), penalty (or None) and done (the episode ended after this turn)."""
+    msgs = record.get("messages", [])
+    users = [m["content"] for m in msgs if m.get("role") == "user"]
+    replies = [m["content"] for m in msgs if m.get("role") == "assistant"]
+    acts = record.get("actions") or [[] for _ in replies]
+    rewards, valid, pens = record.get("rewards"), record.get("valid"), record.get("penalties")
+    turns = []
+    for k, reply in enumerate(replies):
+        user = users[k] if k < len(users) else ""
+        obs = user.split("State:\n", 1)[1] if "State:\n" in user else user
+        obs = obs.rsplit("\nYou have ", 1)[0]
+        if rewards is not None:
+            reward = float(rewards[k])
+        else:
+            nxt = _REWARD.match(users[k + 1]) if k + 1 < len(users) else None
+            reward = float(nxt.group(1)) if nxt else None
+        think, answer = _TAG.search(reply), _ANSWER.search(reply)
+        turns.append({"turn": k + 1, "observation": obs, "reasoning": think.group(1).strip() if think else None,
+                      "answer": answer.group(1).strip() if answer else None, "reply": reply,
+                      "actions": list(acts[k]) if k < len(acts) else [],
+                      "valid": list(valid[k]) if valid is not None else None, "reward": reward,
+                      "penalty": float(pens[k]) if pens is not None else None, "done": k == len(replies) - 1})
+    return turns
+
+
+def format_episode(record: dict, *, title: str = "", color: bool = False) -> str:
+    """One episode as readable text, turn by turn: observation, the reasoning in a marked block ("  | " lines),
+    answer, actions, reward, done; then the episode's return and success. ANSI colour only when `color` (a TTY)."""
+    c = (lambda kind, text: f"{_ANSI[kind]}{text}{_ANSI['end']}") if color else (lambda kind, text: text)
+    indent = lambda text, mark="  ": "\n".join(mark + ln for ln in (text.splitlines() or [""]))  # noqa: E731
+    out = [c("head", f"=== {title} ===")] if title else []
+    for t in episode_turns(record):
+        out.append(c("head", f"--- turn {t['turn']} ---"))
+        out.append(c("label", "observation:") + "\n" + indent(t["observation"]))
+        if t["reasoning"] is not None:
+            out.append(c("label", "reasoning:") + "\n" + c("think", indent(t["reasoning"], "  | ")))
+        if t["answer"] is None:                      # format error; the raw reply when no reasoning was shown
+            out.append(c("label", "answer:") + " " + c("bad", "(no <answer>...</answer>: format error)")
+                       + ("" if t["reasoning"] is not None else "\n" + c("think", indent(t["reply"], "  | "))))
+        else:
+            out.append(c("label", "answer:") + " " + c("answer", t["answer"]))
+        acts = [a if t["valid"] is None else f"{a} ({'valid' if ok else 'invalid'})"
+                for a, ok in zip(t["actions"], t["valid"] or [None] * len(t["actions"]))]
+        out.append(c("label", "actions:") + " " + (" || ".join(acts) if acts else "(none executed)"))
+        reward = "(not logged)" if t["reward"] is None else f"{t['reward']:+g}"
+        if t["penalty"]:
+            reward += f", format penalty {t['penalty']:+g}"
+        out.append(c("label", "reward:") + f" {reward}   " + c("label", "done:") + f" {'yes' if t['done'] else 'no'}")
+    end = f", ended by {record['end_reason']}" if record.get("end_reason") else ""
+    ret = record.get("return")
+    out.append(c("head", f"episode: return {ret:+.4g}, success {bool(record.get('success'))}{end}" if ret is not None
+                 else f"episode: success {bool(record.get('success'))}{end}"))
+    return "\n".join(out)
+
+
+def read_samples(run_dir: str | Path, step: int | None = None) -> tuple[int, list[dict]]:
+    """(step, rows) of samples.jsonl at `step` (default: the last logged step). ValueError (one line, naming --step
+    and the logged steps) when that step has no samples."""
+    rows = read_jsonl(Path(run_dir) / "samples.jsonl")
+    steps = sorted({r["step"] for r in rows})
+    if not steps:
+        raise ValueError(f"{run_dir}: no samples logged (samples.jsonl is missing or empty; train.py --log-samples)")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        shown = ", ".join(map(str, steps)) if len(steps) <= 12 else f"{steps[0]}..{steps[-1]} ({len(steps)} steps)"
+        raise ValueError(f"--step {step}: no samples logged at that step in {run_dir}; logged steps: {shown}")
+    return step, [r for r in rows if r["step"] == step]
+
+
 def main(argv=None) -> None:
-    """CLI: print the last logged row of a run, one key per line (`python runlog.py runs/<name>`)."""
+    """CLI: print the last logged row of a run, one key per line (`python runlog.py runs/<name>`), or its logged
+    trajectories (`--samples [--step K] [--n N]`)."""
     import argparse
-    ap = argparse.ArgumentParser(description="Print the last logged metrics row of a run directory, one key a line.")
+    ap = argparse.ArgumentParser(description="Print the last logged metrics row of a run directory, one key a line; "
+                                 "with --samples, the trajectories logged at a step, turn by turn.")
     ap.add_argument("run", help="a run directory, e.g. runs/demo (holds config.json and metrics.jsonl)")
+    ap.add_argument("--samples", action="store_true", help="print the trajectories of samples.jsonl at --step")
+    ap.add_argument("--step", type=int, help="with --samples: which logged step (default: the last one)")
+    ap.add_argument("--n", type=int, help="with --samples: at most N trajectories (default: all logged at the step)")
     args = ap.parse_args(argv)
     if not Path(args.run).is_dir():
         ap.error(f"{args.run}: no such run directory")
-    rows = read_metrics(args.run)
-    if not rows:
-        ap.error(f"no metrics in {args.run}")
-    for k, v in sorted(rows[-1].items()):
-        print(f"{k:48s} {v}")
+    if not args.samples:
+        if args.step is not None or args.n is not None:
+            ap.error("--step / --n: only with --samples")
+        rows = read_metrics(args.run)
+        if not rows:
+            ap.error(f"no metrics in {args.run}")
+        for k, v in sorted(rows[-1].items()):
+            print(f"{k:48s} {v}")
+        return
+    if args.n is not None and args.n < 1:
+        ap.error(f"--n: must be >= 1, got {args.n}")
+    try:
+        step, rows = read_samples(args.run, args.step)
+    except ValueError as err:                        # one line, exit 2 (as evaluate.py's refusals)
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2)
+    rows = rows[:args.n] if args.n else rows
+    color = sys.stdout.isatty()
+    for i, r in enumerate(rows):
+        title = (f"{args.run} step {step}: sample {i + 1}/{len(rows)}, group {r.get('group')}, seed {r.get('seed')}")
+        print(format_episode(r, title=title, color=color) + ("\n" if i + 1 < len(rows) else ""))
 
 
 if __name__ == "__main__":

@@ -225,7 +225,9 @@ def sample_records(trajs, n: int) -> list[dict]:
             continue
         seen.add(t.group)
         out.append({"group": t.group, "seed": t.seed, "return": t.ret, "success": bool(t.success),
-                    "messages": t.messages, "actions": [u.actions for u in t.turns]})
+                    "messages": t.messages, "actions": [u.actions for u in t.turns],
+                    "rewards": [u.reward for u in t.turns], "penalties": [u.penalty for u in t.turns],
+                    "valid": [u.valid for u in t.turns]})
     return out
 
 
