@@ -28,14 +28,21 @@ bookkeeping flags form an arm. `--arm-by a,b` groups by chosen flags instead, `-
 listed (and coloured) in sorted order, whatever the order of the directories. Unknown flags or metric keys are
 errors.
 
-What it leaves out: significance tests beyond rho and the seed-sign count (with 3 seeds a t-test says little), and
-any smoothing of curves.
+* verdicts (verdicts.py): template collapse per run from the format-learnt baseline (retrieval vs chance with an
+  interval, Ĥ(Z|X) of the unfiltered batch), and a paired sign-flip test over seeds per pair, with the minimum
+  detectable difference printed for every "not resolved";
+* `plot_regime_map`: the paper's Fig. 1 from measurements (MI-Est vs Ĥ(Z|X), the four regimes, every run a path
+  over its steps, the calibration batches of experiments/calibration.py as points; `--calibration`).
+
+What it leaves out: multiple-comparison corrections, and any smoothing of curves.
 
 Run:
     python report.py runs/*                       # table of arms, mean +/- std over seeds
     python report.py runs/* --arm-by filter,filter_value --spearman mi_trajectory/mi_zscore_ema
     python report.py runs/c-* --arm-by name --columns mi_first_turn/mi_estimate,train/entropy --pairs a-s:b-s
-    python report.py --plot runs/demo             # (re)write runs/demo/plots/overview.png (+ grad_buckets.png)
+    python report.py --plot runs/demo             # (re)write runs/demo/plots/overview.png (+ grad_buckets.png,
+                                                  #  + regime_map.png if it logged the MI proxy)
+    python report.py runs/c-* --page runs/c.md --calibration experiments/calibration.json   # + the regime map
 """
 from __future__ import annotations
 
@@ -49,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+import verdicts
 from runlog import read_metrics
 
 # Flags that never distinguish arms.
@@ -236,7 +244,7 @@ def paired_differences(runs: list[dict], arm_by: list[str] | None, pairs: list[t
                 raise SystemExit(f"--pairs: no arm named {name!r}; arms: {', '.join(arms)}")
         by_seed = [{r["flags"].get("seed"): r for r in arms[x]} for x in (a, b)]
         seeds = sorted(set(by_seed[0]) & set(by_seed[1]))
-        row = {"pair": f"{a} − {b}", "seeds": seeds}
+        row = {"pair": f"{a} − {b}", "arms": (a, b), "seeds": seeds}
         task = [{sd: task_metrics(side[sd]["rows"], final_window=final_window) for sd in seeds} for side in by_seed]
         for m in (*TASK, *columns):
             va, vb = ([t[sd][m] if m in TASK else column_value(side[sd]["rows"], m, final_window) for sd in seeds]
@@ -370,6 +378,93 @@ def plot_buckets(m: dict, path, title: str = "") -> None:
     plt.close(fig)
 
 
+# The paper's Fig. 1 from measurements: I(X;Z) estimate (x) against H(Z|X) estimate (y), the four regimes.
+REGIME_X, REGIME_Y = "mi_first_turn/mi_estimate", "mi_first_turn/conditional_entropy_est"
+REGIMES = (("diverse", 1, 1), ("template collapse", 0, 1), ("compressed", 1, 0), ("low-entropy collapse", 0, 0))
+
+
+def regime_splits(points) -> tuple[float, float]:
+    """Where plot_regime_map splits the axes: MI halfway between the calibration batches `healthy` and
+    `template`, Ĥ(Z|X) halfway between `healthy` and `fixed` (experiments/calibration.py); without them 0.1 and
+    0.5 nats/token. A reading aid for the picture, not a test (the verdict rules are)."""
+    p = {name: (x, y) for name, x, y in points}
+    mi = (p["healthy"][0] + p["template"][0]) / 2 if {"healthy", "template"} <= set(p) else 0.1
+    h = (p["healthy"][1] + p["fixed"][1]) / 2 if {"healthy", "fixed"} <= set(p) else 0.5
+    return mi, h
+
+
+def read_calibration(path, scorer: str = "frozen") -> list:
+    """The calibration points [(batch, MI-Est, Ĥ(Z|X))] of one scorer from experiments/calibration.json."""
+    return [tuple(p) for p in json.loads(Path(path).read_text())["regime_points"][scorer]]
+
+
+def plot_regime_map(runs: list[dict], path, *, points=(), arm_by: list[str] | None = None, x_key: str = REGIME_X,
+                    y_key: str = REGIME_Y, title: str = "") -> Path:
+    """Paper Fig. 1 made from measurements: one panel per run (rows = arms, columns = seeds side by side), each run
+    a path over its MI steps from start (hollow circle) to end (filled square), the calibration `points`
+    [(label, x, y)] in grey in every panel, the four regimes shaded at regime_splits(points). No runs: one panel
+    of points. Both axes in the runs' own units (per-token MI-Est and Ĥ(Z|X) of the policy-scored first turn)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    arms = group_arms(runs, arm_by) if runs else {"": []}
+    ncol = max([len(m) for m in arms.values()] + [1])
+    fig, axes = plt.subplots(len(arms), ncol, figsize=(4.0 * ncol + (1.6 if ncol == 1 else 0), 3.4 * len(arms)),
+                             squeeze=False)
+    paths = {arm: [(r, *_joined(r["rows"], x_key, y_key)) for r in sorted(m, key=lambda r: r["flags"].get("seed", 0))]
+             for arm, m in arms.items()}
+    xs = [p[1] for p in points] + [v for ps in paths.values() for _, x, _, _ in ps for v in x]
+    ys = [p[2] for p in points] + [v for ps in paths.values() for _, _, y, _ in ps for v in y]
+    mi_split, h_split = regime_splits(points)
+    lo_x, hi_x = min(xs + [mi_split]), max(xs + [mi_split])
+    lo_y, hi_y = min(ys + [h_split, 0.0]), max(ys + [h_split])
+    pad_x, pad_y = 0.08 * (hi_x - lo_x or 1), 0.08 * (hi_y - lo_y or 1)
+    box = (lo_x - pad_x, hi_x + pad_x, lo_y - pad_y, hi_y + pad_y)
+    for i, (arm, ps) in enumerate(paths.items()):
+        for j in range(ncol):
+            ax = axes[i, j]
+            if ps and j >= len(ps):
+                ax.axis("off")
+                continue
+            for (name, hx, hy), shade in zip(REGIMES, ("#e8f4e8", "#fbe3e3", "#e6eefb", "#eeeeee")):
+                x0, x1 = (mi_split, box[1]) if hx else (box[0], mi_split)
+                y0, y1 = (h_split, box[3]) if hy else (box[2], h_split)
+                ax.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, color=shade, zorder=0, lw=0))
+                ax.annotate(name, (x1 if hx else x0, y1 if hy else y0), fontsize=7, color="0.35",
+                            xytext=(-3 if hx else 3, -3 if hy else 3), textcoords="offset points",
+                            ha="right" if hx else "left", va="top" if hy else "bottom")
+            for name, x, y in points:
+                ax.plot(x, y, "D", color="0.45", ms=4, zorder=2)
+                ax.annotate(name, (x, y), fontsize=6, color="0.3", xytext=(3, 2), textcoords="offset points")
+            if ps:
+                r, x, y, st = ps[j]
+                ax.plot(x, y, "-", color=f"C{i}", marker=".", zorder=3)
+                if x.size:
+                    ax.plot(x[0], y[0], "o", mfc="white", mec=f"C{i}", ms=7, zorder=4, label=f"start (step {st[0]:g})")
+                    ax.plot(x[-1], y[-1], "s", color=f"C{i}", ms=6, zorder=4, label=f"end (step {st[-1]:g})")
+                    ax.legend(fontsize=6, loc="center right")
+                ax.set_title(Path(r["dir"]).name, fontsize=8)
+            ax.set_xlim(box[0], box[1])
+            ax.set_ylim(box[2], box[3])
+            ax.set_xlabel(f"I(X;Z) est. ({x_key.split('/')[-1]})", fontsize=7)
+            ax.set_ylabel(f"H(Z|X) est. ({y_key.split('/')[-1]})", fontsize=7)
+            ax.tick_params(labelsize=7)
+    fig.suptitle(title or "regime map (paper Fig. 1, measured)", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _joined(rows: list[dict], x_key: str, y_key: str):
+    """(x, y, steps) at the steps (>= 0) that logged both keys."""
+    x, y = (dict(zip(*curve(rows, k))) for k in (x_key, y_key))
+    st = [s for s in sorted(set(x) & set(y)) if s >= 0]
+    return np.array([x[s] for s in st]), np.array([y[s] for s in st]), np.array(st)
+
+
 def no_update_steps(rows: list[dict]) -> list[int]:
     """Steps whose policy was not updated: the filter kept nothing, or every optimizer step was skipped for a
     non-finite gradient norm."""
@@ -378,12 +473,14 @@ def no_update_steps(rows: list[dict]) -> list[int]:
         and r.get("train/skipped_nonfinite") == r.get("train/optimizer_steps"))]
 
 
-def plot_run(run_dir: str | Path) -> list[Path]:
+def plot_run(run_dir: str | Path, calibration=()) -> list[Path]:
     """A run's curves: `<run>/plots/overview.png`, one panel per group of PANELS that the run logged (x = step; the
     validation before training is step -1), plus `plots/grad_buckets.png` (paper Fig. 3) for the last step with a
     gradient analysis. Curves that share a panel differ in line style and marker, so equal curves (e.g. return and
     success on a 0/1 task) stay visible; steps without a policy update (no_update_steps) are shaded grey; y axes
-    show plain values (no offset notation). Returns the paths written ([] when nothing was logged)."""
+    show plain values (no offset notation). A run that logged the first-turn MI proxy also gets
+    `plots/regime_map.png` (plot_regime_map, with the `calibration` points [(label, MI, H)] if given). Returns the
+    paths written ([] when nothing was logged)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -426,6 +523,9 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     paths = [path]
+    if _joined(rows, REGIME_X, REGIME_Y)[0].size:      # the run logged the MI proxy: its path on the regime map
+        one = {"dir": str(run_dir), "flags": {"name": run_dir.name}, "rows": rows}
+        paths.append(plot_regime_map([one], out / "regime_map.png", points=calibration, arm_by=["name"]))
     analysed = [r for r in rows if "grad/all/task" in r]
     if analysed:                      # paper Fig. 3 for the last step with a gradient analysis (--grad-analysis-every)
         last = analysed[-1]
@@ -436,58 +536,48 @@ def plot_run(run_dir: str | Path) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------------ verdict and page
-# The template-collapse pattern of the paper (§2.3): I(X;Z) falls toward its permutation null while the token
-# entropy stays level and the format stays valid. Per seed, with the policy-scored first-turn MI-Est:
+# The template-collapse pattern of the paper (§2.3) and the between-arm tests: verdicts.py (its docstring says why
+# the baseline is the format-learnt step, MI is read off retrieval vs chance and entropy off the unfiltered Ĥ(Z|X)).
 MI, NULL, ENT, FMT = ("mi_first_turn/mi_estimate", "mi_first_turn/mi_estimate_null_mean", "train/entropy",
                       "rollout/format_ok_rate")
-COLLAPSE_RULE = ("MI-Est above its null has fallen to less than half of its first value, token entropy has kept at "
-                 "least half of its first value and at least 80 % of turns are well-formed (last logged values)")
-
-
-def collapse_parts(rows: list[dict], final_window: int = 1) -> dict | None:
-    """The three parts of COLLAPSE_RULE on one run (first vs last logged value): mi_fell, entropy_kept, format_ok,
-    and collapsed = all three. None when the run did not log MI with a permutation null, or when MI never stood
-    above its null (nothing to collapse from)."""
-    v = {k: (column_value(rows, k + "@first"), column_value(rows, k, final_window)) for k in (MI, NULL, ENT, FMT)}
-    if any(math.isnan(x) for pair in v.values() for x in pair):
-        return None
-    gap0, gap1 = v[MI][0] - v[NULL][0], v[MI][1] - v[NULL][1]
-    if gap0 <= 0:
-        return None
-    parts = {"mi_fell": gap1 < 0.5 * gap0, "entropy_kept": v[ENT][1] >= 0.5 * v[ENT][0], "format_ok": v[FMT][1] >= 0.8}
-    return {**parts, "collapsed": all(parts.values())}
 
 
 def verdict_lines(runs: list[dict], arm_by: list[str] | None, pairs: list[dict], final_window: int = 3) -> list[str]:
-    """Plain-words verdicts from fixed rules: template collapse per arm (COLLAPSE_RULE, counted over seeds) and,
-    per pair, whether A beats B on final validation success beyond the seed spread (every seed the same sign and
-    |mean| > std of the paired difference); otherwise 'not resolved'."""
+    """Plain-words verdicts from fixed rules: template collapse per arm (verdicts.RULE, counted over seeds) and, per
+    pair, final validation success and Ĥ(Z|X) of the unfiltered batch (mean of the last `final_window` MI steps)
+    tested by the paired sign-flip test over seeds (verdicts.paired_verdict: a 'not resolved' states the minimum
+    detectable difference at its seed count)."""
     out = []
     for arm, members in group_arms(runs, arm_by).items():
-        known = [p for p in (collapse_parts(r["rows"]) for r in members) if p is not None]
+        members = sorted(members, key=lambda r: r["flags"].get("seed", 0))      # the same line for any dir order
+        judged = [(r["flags"].get("seed"), verdicts.collapse_parts(r["rows"])) for r in members]
+        known = [p for _, p in judged if p is not None]
         if known:
-            n = len(known)
-            count = {k: sum(p[k] for p in known) for k in ("collapsed", "mi_fell", "entropy_kept", "format_ok")}
-            out.append(f"- **{arm}**: template collapse (rule above) in {count['collapsed']} of {n} seeds. Its parts: "
-                       f"MI-Est fell toward its null in {count['mi_fell']}/{n}, token entropy stayed at least half of "
-                       f"its first value in {count['entropy_kept']}/{n}, format valid in {count['format_ok']}/{n}.")
+            n, k = len(known), ("collapsed", "input_dependent", "mi_at_chance", "entropy_kept", "format_ok")
+            c = {key: sum(p[key] for p in known) for key in k}
+            steps = ", ".join(f"s{sd} {p['baseline_step']}→{p['end_step']}" for sd, p in judged if p is not None)
+            out.append(f"- **{arm}**: template collapse (rule above) in {c['collapsed']} of {n} seeds judged "
+                       f"(of {len(members)}; baseline → last MI step: {steps}). Its parts: input-dependent at the "
+                       f"baseline in {c['input_dependent']}/{n}, retrieval at chance at the end in "
+                       f"{c['mi_at_chance']}/{n}, Ĥ(Z|X) of the unfiltered batch kept at least half in "
+                       f"{c['entropy_kept']}/{n}, format ok in {c['format_ok']}/{n}.")
     for row in pairs:
-        m, sd, pos, n = row["final"]
-        if not n:
-            continue
-        d = row["final_diffs"]
-        same_sign = bool(np.all(d > 0) or np.all(d < 0))          # a zero difference is neither sign
-        beyond = same_sign and n >= 2 and not math.isnan(sd) and abs(m) > sd
-        word = ("higher" if m > 0 else "lower") if beyond else "not resolved (within the seed spread)"
-        out.append(f"- **{row['pair']}**, final validation success: {m:+.3f} ± {sd:.3f} over {n} seeds "
-                   f"({pos}/{n} positive): {word}.")
+        ent = row.get(verdicts.ENT_UNFILTERED + "_diffs")
+        if ent is None and "arms" in row:
+            ent = paired_differences(runs, arm_by, [row["arms"]], final_window,
+                                     [verdicts.ENT_UNFILTERED])[0][verdicts.ENT_UNFILTERED + "_diffs"]
+        for d, what in ((row["final_diffs"], "final validation success"), (ent, "Ĥ(Z|X) of the unfiltered batch")):
+            if d is not None and len(d):
+                out.append(f"- **{row['pair']}**, " + verdicts.paired_verdict(d, what))
     return out
 
 
 def write_page(path: str | Path, runs: list[dict], arm_by: list[str] | None, columns: list[str],
                pair_names: list[tuple[str, str]], figure_keys: list[str], intro: str = "", command: str = "",
-               final_window: int = 3) -> Path:
-    """One Markdown page: intro, per-arm table, paired differences, verdict lines, figure (next to the page)."""
+               final_window: int = 3, calibration: str = "") -> Path:
+    """One Markdown page: intro, per-arm table, paired differences, verdict lines, figure (next to the page), and
+    the regime map (`<page>_regime.png`) when `calibration` names experiments/calibration.json and some run
+    logged the first-turn MI proxy."""
     path = Path(path)
     table = summarise(runs, arm_by, final_window, columns)
     pairs = paired_differences(runs, arm_by, pair_names, final_window, columns) if pair_names else []
@@ -511,11 +601,26 @@ def write_page(path: str | Path, runs: list[dict], arm_by: list[str] | None, col
             parts.append(format_pairs(pairs, columns, task=False) + "\n")
     lines = verdict_lines(runs, arm_by, pairs, final_window)
     if lines:
-        parts += ["## Verdicts by fixed rules\n", f"Template collapse: {COLLAPSE_RULE}. A between-arm difference "
-                  "counts only when every seed has the same sign and the mean exceeds the std.\n", *lines, ""]
+        parts += ["## Verdicts by fixed rules (verdicts.py)\n", f"Template collapse: {verdicts.RULE}. Between arms: "
+                  "the paired sign-flip permutation test over seeds (exact, two-sided), a difference is called at "
+                  f"p < {verdicts.ALPHA:g}.\n", *lines, ""]
     if figure_keys:
         fig = plot_arms(runs, arm_by, figure_keys, path.with_suffix(".png"), title=path.stem)
         parts += ["## Curves over training (mean, band = ± 1 std over seeds)\n", f"![curves]({fig.name})\n"]
+    if calibration and any(_joined(r["rows"], REGIME_X, REGIME_Y)[0].size for r in runs):
+        points = read_calibration(calibration)
+        mi_split, h_split = regime_splits(points)
+        fig = plot_regime_map(runs, path.with_name(path.stem + "_regime.png"), points=points, arm_by=arm_by,
+                              title=f"{path.stem}: regime map (paper Fig. 1, measured)")
+        parts += ["## Regime map (paper Fig. 1, measured)\n",
+                  f"Each run's path over its MI steps: x = `{REGIME_X}`, y = `{REGIME_Y}` (policy scorer); hollow "
+                  "circle = first MI step, square = last. Grey diamonds: the calibration batches of "
+                  f"`{calibration}` (see experiments/calibration.md: frozen scorer, N = 8 prompts, sampled at "
+                  "temperature 1 with unclosed reasonings kept, so neither their MI scale nor their Ĥ level is that "
+                  "of runs with other N, temperature or reasoning lengths). Regions split at MI = "
+                  f"{mi_split:.3f} and Ĥ = {h_split:.3f} nats/token (halfway between the healthy and template / "
+                  "fixed batches): a reading aid, not a test.\n",
+                  f"![regime map]({fig.name})\n"]
     path.write_text("\n".join(parts))
     return path
 
@@ -540,12 +645,14 @@ def main(argv=None) -> None:
     ap.add_argument("--missing-ok", action="store_true", help="show metric keys that no run logged as '–' instead of "
                     "failing (smoke runs of the random tiny model never write a well-formed reasoning, so no MI)")
     ap.add_argument("--plot", action="store_true", help="write <run>/plots/overview.png for every run")
+    ap.add_argument("--calibration", default="", help="experiments/calibration.json: its batches as points on the "
+                    "regime map (a section of --page, and plots/regime_map.png with --plot)")
     args = ap.parse_args(argv)
     if args.final_window < 1:
         raise SystemExit("--final-window must be >= 1")
     if args.plot:
         for d in args.runs:
-            for p in plot_run(d):
+            for p in plot_run(d, read_calibration(args.calibration) if args.calibration else ()):
                 print(f"wrote {p}")
         return
     runs = load_runs(args.runs)
@@ -566,7 +673,7 @@ def main(argv=None) -> None:
         prefix = os.path.commonprefix([Path(d).name for d in args.runs])     # e.g. classroom- (not other runs)
         shown = [f"{parents.pop()}/{prefix}*"] if len(parents) == 1 else args.runs
         command = "python report.py " + " ".join(shown + [a for a in given if a not in args.runs])
-        print(f"wrote {write_page(args.page, runs, arm_by, columns, pairs, figure_keys, intro, command, args.final_window)}")
+        print(f"wrote {write_page(args.page, runs, arm_by, columns, pairs, figure_keys, intro, command, args.final_window, args.calibration)}")
         return
     print(format_table(summarise(runs, arm_by, args.final_window, columns), columns))
     if pairs:

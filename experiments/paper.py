@@ -8,6 +8,7 @@ RV-quartile training, the dilution control the referee's question calls for), as
     python experiments/paper.py quartiles --seeds 0 1 2       # run them one after another, then summarise
     python experiments/paper.py top_p_sweep --scale paper --model Qwen/Qwen2.5-3B   # the paper's scale (GPU)
     python experiments/paper.py classroom --seeds 0 1 2       # template collapse vs filtering on SmolLM2, ~90 min
+    python experiments/paper.py calibration                   # the MI proxy on batches of known I(X;Z), minutes
 
 `--scale cpu` (default) keeps each run small enough for a CPU (SmolLM2, P=4 x G=4, 20 steps; the numbers then
 say whether the pipeline behaves as claimed, not what the paper measured); `--scale paper` uses `--preset paper`
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))                  # config, report, runlog live at the repository root
 FILTER = ["--filter", "top_p", "--filter-value", "0.9"]            # the paper's rule (mass, variance, no zeros)
 NOFILTER = ["--filter", "none"]
+CALIBRATION = ROOT / "experiments" / "calibration.json"          # written by `paper.py calibration`
 
 # name -> (what it reproduces, {arm: flags}, flags for the report's --arm-by)
 EXPERIMENTS = {
@@ -199,7 +201,7 @@ def main(argv=None) -> None:
         "Any other flag is passed to every train.py run of the experiment, after the scale's flags, so it wins: "
         "e.g. `python experiments/paper.py classroom --seeds 0 --steps 4 --val-envs 8` (train.py --help lists them). "
         "`python experiments/paper.py list` shows every experiment with its arms."))
-    ap.add_argument("experiment", choices=["list", *EXPERIMENTS])
+    ap.add_argument("experiment", choices=["list", "calibration", *EXPERIMENTS])
     ap.add_argument("--scale", choices=list(SCALES), default=None,
                     help="classroom for the classroom experiment, cpu for the others (default)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -208,10 +210,16 @@ def main(argv=None) -> None:
     ap.add_argument("--page", default="", help="the Markdown page written at the end (default: experiments/RESULTS.md "
                     "for the classroom protocol at its own scale, <out-dir>/<experiment>.md otherwise)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["calibration"]:   # no train.py runs: its own flags
+        import calibration
+        calibration.main((argv if argv is not None else sys.argv[1:])[1:])
+        return
     args, extra = ap.parse_known_args(argv)       # anything else is passed to every train.py run
     if args.experiment == "list":
         for k, (what, arms, _) in EXPERIMENTS.items():
             print(f"{k:22s} {len(arms):2d} arms  {what}")
+        print(f"{'calibration':22s}  -       the MI proxy on batches of known input dependence "
+              "(experiments/calibration.py, no training)")
         return
     args.scale = args.scale or ("classroom" if args.experiment == "classroom" else "cpu")
     home = args.experiment == "classroom" and args.scale == "classroom"
@@ -252,6 +260,8 @@ def report_flags(experiment: str, page: str, intro: bool = True) -> list[str]:
                   "--pairs", ",".join(f"{experiment}-{a}:{experiment}-{b}" for a, b in spec["pairs"])]
     else:
         flags += ["--spearman", "mi_first_turn/mi_zscore_ema"]
+    if experiment == "classroom" and CALIBRATION.exists():              # its batches on the page's regime map
+        flags += ["--calibration", str(CALIBRATION.relative_to(ROOT))]
     path = Path(__file__).parent / f"{experiment}.md"
     if intro and path.exists():
         flags += ["--intro", str(path.relative_to(ROOT))]

@@ -93,20 +93,23 @@ def test_unknown_keys_and_missing_directories_are_errors(tmp_path, capsys):
 
 
 def test_page_has_tables_pairs_verdicts_and_figure(tmp_path):
-    """write_page: the per-arm table, the paired table, the collapse verdict and a figure next to the page."""
-    rows = {"collapsing": ([1.0, 0.9, 0.2], [0.1, 0.1, 0.1], [2.0, 1.9, 1.8]),    # MI, null, entropy per step
-            "healthy": ([1.0, 1.0, 0.9], [0.1, 0.1, 0.1], [2.0, 1.9, 1.8]),
-            "entropy-gone": ([1.0, 0.5, 0.1], [0.1, 0.1, 0.1], [2.0, 0.5, 0.2])}
+    """write_page: the per-arm table, the paired table, the collapse verdict (verdicts.RULE: baseline = the step the
+    format is learnt, here step 1) with the sign-flip test per pair, and a figure next to the page."""
+    import verdicts
+    rows = {"collapsing": ([0.3, 0.9, 0.25], [2.0, 1.9, 1.8]),      # retrieval accuracy, unfiltered H(Z|X) per step
+            "healthy": ([0.3, 0.9, 0.9], [2.0, 1.9, 1.8]),
+            "entropy-gone": ([0.3, 0.9, 0.25], [2.0, 0.5, 0.2])}
     dirs = []
-    for arm, (mi, null, ent) in rows.items():
+    for arm, (acc, ent) in rows.items():
         for seed in (0, 1):
             d = tmp_path / f"{arm}-s{seed}"
             log = runlog.RunLog(d)
             log.write_config({"seed": seed, "name": d.name})
             log.log(-1, {"val/success": 0.0})
             for s in range(3):
-                log.log(s, {"val/success": 0.1 * s + 0.01 * seed, report.MI: mi[s], report.NULL: null[s],
-                            report.ENT: ent[s], report.FMT: 1.0})
+                log.log(s, {"val/success": 0.1 * s + 0.01 * seed, report.MI: acc[s], verdicts.ACC: acc[s],
+                            verdicts.CHANCE: 0.25, verdicts.NROWS: 32.0, verdicts.ENT_UNFILTERED: ent[s],
+                            report.FMT: [0.1, 1.0, 1.0][s]})
             log.close()
             dirs.append(str(d))
     page = tmp_path / "page" / "RESULTS.md"
@@ -114,10 +117,13 @@ def test_page_has_tables_pairs_verdicts_and_figure(tmp_path):
     report.main([*dirs, "--arm-by", "name", "--columns", f"{report.MI}@first,{report.MI}", "--pairs",
                  "healthy:collapsing", "--figure-keys", f"val/success,{report.MI}", "--page", str(page)])
     text = page.read_text()
-    assert "**collapsing**: template collapse (rule above) in 2 of 2 seeds" in text
+    assert "**collapsing**: template collapse (rule above) in 2 of 2 seeds judged (of 2; baseline → last MI step: s0 1→2, s1 1→2)" in text
     assert "**healthy**: template collapse (rule above) in 0 of 2 seeds" in text
-    assert ("**entropy-gone**: template collapse (rule above) in 0 of 2 seeds. Its parts: MI-Est fell toward its "
-            "null in 2/2, token entropy stayed at least half of its first value in 0/2") in text
+    assert ("**entropy-gone**: template collapse (rule above) in 0 of 2 seeds judged (of 2; baseline → last MI "
+            "step: s0 1→2, s1 1→2). Its parts: input-dependent at the baseline in 2/2, retrieval at chance at the end in "
+            "2/2, Ĥ(Z|X) of the unfiltered batch kept at least half in 0/2") in text
+    assert "**healthy − collapsing**, final validation success: +0.000 ± 0.000 over 2 seeds" in text
+    assert "**healthy − collapsing**, Ĥ(Z|X) of the unfiltered batch" in text and "not resolved" in text
     assert "| healthy − collapsing | 2 |" in text and (page.parent / "RESULTS.png").stat().st_size > 1000
     assert f"python report.py {tmp_path}/* --arm-by name" in text
 
@@ -198,12 +204,17 @@ def test_results_page_rebuilds_byte_identically(tmp_path, monkeypatch):
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "classroom").symlink_to(root / "experiments" / "classroom")
     (tmp_path / "experiments" / "classroom.md").write_text((root / "experiments" / "classroom.md").read_text())
+    if (root / "experiments" / "calibration.json").exists():            # the regime map's calibration points
+        (tmp_path / "experiments" / "calibration.json").symlink_to(root / "experiments" / "calibration.json")
     monkeypatch.chdir(tmp_path)
     args = shlex.split(cmd.group(1))
     runs = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "experiments" / "classroom").glob("classroom-*"))
     report.main(runs[::-1] + args[1:])                                  # reversed order: the same page
     assert (tmp_path / "experiments" / "RESULTS.md").read_bytes() == (root / "experiments" / "RESULTS.md").read_bytes()
-    assert (tmp_path / "experiments" / "RESULTS.png").read_bytes() == (root / "experiments" / "RESULTS.png").read_bytes()
+    for fig in ("RESULTS.png", "RESULTS_regime.png"):
+        committed = root / "experiments" / fig
+        if committed.exists() or "--calibration" in args:
+            assert (tmp_path / "experiments" / fig).read_bytes() == committed.read_bytes(), fig
 
 
 def test_default_arms_keep_an_experiments_arms_together(tmp_path):
