@@ -147,8 +147,8 @@ def test_accelerate_mixed_precision_is_refused(monkeypatch):
 
 @pytest.mark.slow
 def test_accelerate_mixed_precision_is_refused_on_two_processes(tmp_path):
-    """`accelerate launch --mixed_precision bf16` (ACCELERATE_MIXED_PRECISION=bf16) on 2 processes: one line on
-    stderr per process, exit 2, nothing written; policy.autocast stays the only precision switch."""
+    """`accelerate launch --mixed_precision bf16` (ACCELERATE_MIXED_PRECISION=bf16) on 2 processes: a one-line refusal
+    on stderr, a failed launch, nothing written; policy.autocast stays the only precision switch."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_MIXED_PRECISION": "bf16"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29590",
            str(ROOT / "train.py"), "--model", "tiny", "--env", "bandit", "--groups", "2", "--group-size", "2",
@@ -156,7 +156,8 @@ def test_accelerate_mixed_precision_is_refused_on_two_processes(tmp_path):
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode != 0
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
-    assert len(lines) == 2 and all("mixed_precision=bf16 is refused" in ln for ln in lines), res.stderr[-2000:]
+    # one line per process that got to print it (torchrun SIGTERMs the other once the first exits with 2)
+    assert 1 <= len(lines) <= 2 and all("mixed_precision=bf16 is refused" in ln for ln in lines), res.stderr[-2000:]
     assert "distributed.py" not in res.stderr and not (tmp_path / "mp").exists()   # no traceback of ours
     # (torchrun itself prints a ChildFailedError traceback when a process exits non-zero)
 
