@@ -320,6 +320,17 @@ def arm_curves(members: list[dict], key: str) -> tuple[np.ndarray, np.ndarray, n
             np.array([v.size for v in vals]))
 
 
+def save_figure(fig, path, dpi: int) -> Path:
+    """tight_layout, write `path` (parents made), close the figure; the written path."""
+    import matplotlib.pyplot as plt
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def plot_arms(runs: list[dict], arm_by: list[str] | None, keys: list[str], path: str | Path,
               title: str = "") -> Path:
     """One panel per metric key; per arm its mean over seeds with a +/- 1 std band (the seed spread)."""
@@ -346,12 +357,7 @@ def plot_arms(runs: list[dict], arm_by: list[str] | None, keys: list[str], path:
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, 110)
 
 
 def plot_buckets(m: dict, path, title: str = "") -> None:
@@ -373,9 +379,7 @@ def plot_buckets(m: dict, path, title: str = "") -> None:
         a.legend()
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, 120)
 
 
 # The paper's Fig. 1 from measurements: I(X;Z) estimate (x) against H(Z|X) estimate (y), the four regimes.
@@ -450,12 +454,7 @@ def plot_regime_map(runs: list[dict], path, *, points=(), arm_by: list[str] | No
             ax.set_ylabel(f"H(Z|X) est. ({y_key.split('/')[-1]})", fontsize=7)
             ax.tick_params(labelsize=7)
     fig.suptitle(title or "regime map (paper Fig. 1, measured)", fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, 100)
 
 
 def _joined(rows: list[dict], x_key: str, y_key: str):
@@ -518,11 +517,7 @@ def plot_run(run_dir: str | Path, calibration=()) -> list[Path]:
     else:
         run_title = run_dir.name
     fig.suptitle(run_title, fontsize=10)
-    fig.tight_layout()
-    path = out / "overview.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths = [path]
+    paths = [save_figure(fig, out / "overview.png", 110)]
     if _joined(rows, REGIME_X, REGIME_Y)[0].size:      # the run logged the MI proxy: its path on the regime map
         one = {"dir": str(run_dir), "flags": {"name": run_dir.name}, "rows": rows}
         paths.append(plot_regime_map([one], out / "regime_map.png", points=calibration, arm_by=["name"]))
