@@ -508,6 +508,10 @@ def plot_run(run_dir: str | Path, calibration=()) -> list[Path]:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.ticklabel_format(axis="y", useOffset=False)
+        lo, hi = ax.get_ylim()                  # a flat curve (the tiny model's entropy ~ log V): readable ticks,
+        mid, span = (lo + hi) / 2, max(1e-3 * abs((lo + hi) / 2), 1e-3)   # not 10.7898730, 10.7898735, ...
+        if hi - lo < span:
+            ax.set_ylim(mid - span / 2, mid + span / 2)
         ax.legend(fontsize=6)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[n:]:
