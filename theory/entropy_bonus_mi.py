@@ -145,6 +145,7 @@ def main(size: str = "full", seed: int = 0, fig_dir=toy.FIG_DIR) -> dict:
     ax.axvline(peak * 2.0, color="k", ls=":", label=f"peak I = {path[peak]:.3f}")
     ax.set(xscale="symlog", xlabel="entropy-ascent time (eta x steps)", ylabel="I(X;Z) (nats)",
            title="shared template + prompt-specific minorities")
+    ax.set_xlim(left=0)                              # time starts at 0: no (meaningless) negative symlog ticks
     ax.legend(fontsize=8)
     return {"check": "E6", "name": NAME, "title": "Entropy bonus vs MI",
             "labels": "Thm M.2 (review App. N)",
