@@ -235,7 +235,6 @@ def eos_ids(model, tokenizer) -> set:
 DROP_EVERY = 16  # decode steps between two removals of finished rows from the running batch (0 = never)
 
 
-@torch.no_grad()
 def sampling_model(model, device, bf16: bool | None):
     """(model to sample with, autocast flag for it): in bf16 (bf16=True, or None where bf16 is the default) the
     refreshed bf16 copy of the weights (policy.bf16_copy) with autocast off, so weights, activations and the KV
@@ -246,6 +245,7 @@ def sampling_model(model, device, bf16: bool | None):
     return copy16, copy16 is model
 
 
+@torch.no_grad()
 def generate(model, tokenizer, contexts: list, *, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, stop=("</answer>",), bf16: bool | None = None, kv: KVStore | None = None,
              keys=None, drop_every: int = DROP_EVERY) -> list:

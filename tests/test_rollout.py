@@ -371,6 +371,7 @@ def test_dropping_finished_rows_changes_no_sample(tiny, bf16, atol):
             assert kv.entries[key][0] == ids
             for (k, v), (k2, v2) in zip(kv.entries[key][1], states):
                 assert k.dtype == (torch.bfloat16 if bf16 else torch.float32)
+                assert not (k.requires_grad or v.requires_grad)      # generate runs without autograd
                 assert torch.allclose(k, k2, atol=10 * atol) and torch.allclose(v, v2, atol=10 * atol)
     with pytest.raises(ValueError, match="drop_every"):
         sampling.generate(model, tok, first, max_new_tokens=2, drop_every=-1)
