@@ -66,11 +66,11 @@ import numpy as np
 
 import sokoban_gen
 from agentic.deepcoder import DeepCoder
-from env_base import FORMAT, Env, _int_opt, _prob_opt  # noqa: F401  (re-exported: envs.Env, envs.FORMAT)
 from agentic.searchqa import SearchQA
+from agentic.webshop import WebShop
+from env_base import FORMAT, Env, _int_opt, _prob_opt  # noqa: F401  (re-exported: envs.Env, envs.FORMAT)
 from sokoban_gen import MOVES, TARGET, WALL, push
 from tasks import Bandit, Countdown, MetaMathQA
-from agentic.webshop import WebShop
 
 ENV_NAMES = ("sokoban", "frozenlake", "countdown", "metamathqa", "bandit", "searchqa", "webshop", "deepcoder")
 
