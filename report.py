@@ -226,6 +226,7 @@ def summarise(runs: list[dict], arm_by: list[str] | None, final_window: int = 3,
         row = {"arm": arm, "n_seeds": len(members), "seeds": sorted(r["flags"].get("seed") for r in members)}
         for m in ("initial", *TASK, "stable"):
             row[m] = mean_std([x[m] for x in ms])
+        row["final_per_seed"] = sorted((r["flags"].get("seed"), x["final"]) for r, x in zip(members, ms))
         for spec in columns:
             row[spec] = mean_std([column_value(r["rows"], spec, final_window) for r in members])
         table.append(row)
@@ -573,8 +574,9 @@ def verdict_lines(runs: list[dict], arm_by: list[str] | None, pairs: list[dict],
 
 def write_page(path: str | Path, runs: list[dict], arm_by: list[str] | None, columns: list[str],
                pair_names: list[tuple[str, str]], figure_keys: list[str], intro: str = "", command: str = "",
-               final_window: int = 3, calibration: str = "") -> Path:
-    """One Markdown page: intro, per-arm table, paired differences, verdict lines, figure (next to the page), and
+               final_window: int = 3, calibration: str = "", baseline: str = "", regime_map: bool = False) -> Path:
+    """One Markdown page: intro, the input-agnostic baseline (`baseline`: a JSON file written by
+    experiments/agnostic.py), per-arm table, paired differences, verdict lines, figure (next to the page), and
     the regime map (`<page>_regime.png`) when `calibration` names experiments/calibration.json and some run
     logged the first-turn MI proxy."""
     path = Path(path)
@@ -583,6 +585,8 @@ def write_page(path: str | Path, runs: list[dict], arm_by: list[str] | None, col
     parts = [intro.rstrip() + "\n"] if intro else []
     if command:
         parts.append(f"Regenerate this page (no training): `{command}`\n")
+    if baseline:
+        parts.append(baseline_section(json.loads(Path(baseline).read_text()), table, baseline) + "\n")
     parts += ["## Per arm (mean ± std over seeds)\n",
               f"Validation success: `initial` = before training (not counted), `final` = mean of the last "
               f"{final_window} evaluations, `AUC` = mean over all evaluations during training, `peak` = best "
@@ -606,22 +610,43 @@ def write_page(path: str | Path, runs: list[dict], arm_by: list[str] | None, col
     if figure_keys:
         fig = plot_arms(runs, arm_by, figure_keys, path.with_suffix(".png"), title=path.stem)
         parts += ["## Curves over training (mean, band = ± 1 std over seeds)\n", f"![curves]({fig.name})\n"]
-    if calibration and any(_joined(r["rows"], REGIME_X, REGIME_Y)[0].size for r in runs):
-        points = read_calibration(calibration)
+    if (calibration or regime_map) and any(_joined(r["rows"], REGIME_X, REGIME_Y)[0].size for r in runs):
+        points = read_calibration(calibration) if calibration else []
         mi_split, h_split = regime_splits(points)
         fig = plot_regime_map(runs, path.with_name(path.stem + "_regime.png"), points=points, arm_by=arm_by,
                               title=f"{path.stem}: regime map (paper Fig. 1, measured)")
+        where = ("Grey diamonds: the calibration batches of "
+                 f"`{calibration}` (see experiments/calibration.md: frozen scorer, N = 8 prompts, sampled at "
+                 "temperature 1 with unclosed reasonings kept, so neither their MI scale nor their Ĥ level is that "
+                 "of runs with other N, temperature or reasoning lengths). Regions split at MI = "
+                 f"{mi_split:.3f} and Ĥ = {h_split:.3f} nats/token (halfway between the healthy and template / "
+                 "fixed batches): a reading aid, not a test.") if points else (
+                 f"No calibration batches of this task: the regions split at the fixed MI = {mi_split:g} and "
+                 f"Ĥ = {h_split:g} nats/token, a reading aid only; read the paths against their own start and the "
+                 "permutation null (the MI columns above), not against the shading.")
         parts += ["## Regime map (paper Fig. 1, measured)\n",
                   f"Each run's path over its MI steps: x = `{REGIME_X}`, y = `{REGIME_Y}` (policy scorer); hollow "
-                  "circle = first MI step, square = last. Grey diamonds: the calibration batches of "
-                  f"`{calibration}` (see experiments/calibration.md: frozen scorer, N = 8 prompts, sampled at "
-                  "temperature 1 with unclosed reasonings kept, so neither their MI scale nor their Ĥ level is that "
-                  "of runs with other N, temperature or reasoning lengths). Regions split at MI = "
-                  f"{mi_split:.3f} and Ĥ = {h_split:.3f} nats/token (halfway between the healthy and template / "
-                  "fixed batches): a reading aid, not a test.\n",
+                  f"circle = first MI step, square = last. {where}\n",
                   f"![regime map]({fig.name})\n"]
     path.write_text("\n".join(parts))
     return path
+
+
+def baseline_section(b: dict, table: list[dict], source: str) -> str:
+    """The input-agnostic ceiling of the validation set and, per arm, how many seeds' final validation success
+    lies above it (a success above it needs the input; at or below it, a template could have earned it)."""
+    lines = ["## Input-agnostic baseline\n",
+             f"The best fixed action sequence (`{' '.join(b['sequence'])}`), played on every validation instance "
+             f"whatever it shows, succeeds on {b['successes']} of {b['instances']} ({b['success']:.3f}; `{source}`, "
+             f"from `{b['command']}`). It is the most a policy whose reasoning ignores the map can reach, and an "
+             "in-sample maximum over all sequences (on a larger map set the same search gives less).\n",
+             "| arm | seeds | final val/success per seed | seeds above the baseline |", "|---|---|---|---|"]
+    for row in table:
+        finals = row.get("final_per_seed", [])
+        above = sum(v > b["success"] for _, v in finals)
+        shown = ", ".join(f"s{sd}: {v:.3f}" for sd, v in finals) or "–"
+        lines.append(f"| {row['arm']} | {len(finals)} | {shown} | {above} of {len(finals)} |")
+    return "\n".join(lines) + "\n"
 
 
 def _finite(v) -> bool:
@@ -643,6 +668,10 @@ def main(argv=None) -> None:
     ap.add_argument("--intro", default="", help="a Markdown file put at the top of --page")
     ap.add_argument("--missing-ok", action="store_true", help="show metric keys that no run logged as '–' instead of "
                     "failing (smoke runs of the random tiny model never write a well-formed reasoning, so no MI)")
+    ap.add_argument("--baseline", default="", help="a JSON file of experiments/agnostic.py: the input-agnostic "
+                    "ceiling of the validation set, a section of --page")
+    ap.add_argument("--regime-map", action="store_true", help="draw the regime-map section of --page even "
+                    "without --calibration (tasks with no calibration batches of their own)")
     ap.add_argument("--plot", action="store_true", help="write <run>/plots/overview.png for every run")
     ap.add_argument("--calibration", default="", help="experiments/calibration.json: its batches as points on the "
                     "regime map (a section of --page, and plots/regime_map.png with --plot)")
@@ -672,7 +701,9 @@ def main(argv=None) -> None:
         prefix = os.path.commonprefix([Path(d).name for d in args.runs])     # e.g. classroom- (not other runs)
         shown = [f"{parents.pop()}/{prefix}*"] if len(parents) == 1 else args.runs
         command = "python report.py " + " ".join(shown + [a for a in given if a not in args.runs])
-        print(f"wrote {write_page(args.page, runs, arm_by, columns, pairs, figure_keys, intro, command, args.final_window, args.calibration)}")
+        written = write_page(args.page, runs, arm_by, columns, pairs, figure_keys, intro, command, args.final_window,
+                             args.calibration, args.baseline, args.regime_map)
+        print(f"wrote {written}")
         return
     print(format_table(summarise(runs, arm_by, args.final_window, columns), columns))
     if pairs:

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import re
 from dataclasses import dataclass, field
 
@@ -65,6 +66,7 @@ import sampling
 
 PENALTY_RULES = ("no_valid", "any_invalid")  # paper reading (default) | official code
 Z_TOKENS = ("sampled", "retokenize")  # slice sampled ids (default) | re-tokenise the text like the reference
+PROMPT_BUDGETS = ("rollout", "env")  # the prompt states the rollout's turns / token cap (default) | the env's own
 SPECIAL_STRINGS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
 THINK_RE = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -88,8 +90,11 @@ class RolloutConfig:
     reuse_kv: bool = True  # keep each row's KV states between turns (False: re-encode the conversation)
     val_temperature: float = 0.5  # validation rollouts (reference: 0.5, sampling)
     val_top_p: float = 1.0
+    prompt_budgets: str = "rollout"  # PROMPT_BUDGETS: what the prompt states (see stated_env_options)
 
     def __post_init__(self):
+        if self.prompt_budgets not in PROMPT_BUDGETS:
+            raise ValueError(f"prompt_budgets must be one of {PROMPT_BUDGETS}, got {self.prompt_budgets!r}")
         if self.penalty_rule not in PENALTY_RULES:
             raise ValueError(f"penalty_rule must be one of {PENALTY_RULES}, got {self.penalty_rule!r}")
         if self.z_tokens not in Z_TOKENS:
@@ -105,6 +110,29 @@ class RolloutConfig:
                 raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
         if self.max_turns is not None and self.max_turns < 0:
             raise ValueError(f"max_turns must be >= 0 (0/None = env default), got {self.max_turns}")
+
+
+def stated_env_options(cfg: RolloutConfig, env_cls=None) -> dict:
+    """The options the env is built with. prompt_budgets="rollout": the budgets the prompt states are the ones the
+    rollout enforces, i.e. max_turns = cfg.max_turns (when set) and the length hint max_tokens = cfg.max_new_tokens,
+    wherever the env class takes them and the options do not set them already (a --max-turns that contradicts an
+    explicit max_turns option is a ValueError). "env": the options as given, so the prompt states the env's own
+    defaults (5 turns, 120 words on FrozenLake) even when the rollout allows fewer; every run before this option
+    existed did that (config.LEGACY)."""
+    opts = dict(cfg.env_options)
+    if cfg.max_turns and "max_turns" in opts and opts["max_turns"] != cfg.max_turns:
+        raise ValueError(f"max_turns={cfg.max_turns} contradicts the env option max_turns={opts['max_turns']}")
+    if cfg.prompt_budgets == "env":
+        return opts
+    if env_cls is None:
+        import envs  # deferred so tests with a fake env need no env module
+        env_cls = envs.env_class(cfg.env)
+    params = inspect.signature(env_cls.__init__).parameters
+    if cfg.max_turns and "max_turns" in params:
+        opts.setdefault("max_turns", cfg.max_turns)
+    if "max_tokens" in params:
+        opts.setdefault("max_tokens", cfg.max_new_tokens)
+    return opts
 
 
 @dataclass
@@ -238,7 +266,7 @@ def rollout(model, tokenizer, cfg: RolloutConfig, seeds, group_size: int, *, env
             generate_fn=sampling.generate) -> list:
     """P = len(seeds) groups x group_size envs -> list of Trajectory (group-contiguous).
 
-    env_fn() -> a fresh Env (default: envs.make_env(cfg.env, **cfg.env_options)); generate_fn has the
+    env_fn() -> a fresh Env (default: envs.make_env(cfg.env, **stated_env_options(cfg))); generate_fn has the
     signature of `generate` (tests pass a scripted policy).
     """
     if group_size < 1 or len(seeds) < 1:
@@ -246,7 +274,8 @@ def rollout(model, tokenizer, cfg: RolloutConfig, seeds, group_size: int, *, env
     if env_fn is None:
         import envs  # deferred so tests with a fake env need no env module
 
-        env_fn = lambda: envs.make_env(cfg.env, **cfg.env_options)  # noqa: E731
+        options = stated_env_options(cfg)
+        env_fn = lambda: envs.make_env(cfg.env, **options)  # noqa: E731
     tag = "<think>" if cfg.think else "<answer>"
     eos = sampling.eos_ids(model, tokenizer)
     enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
@@ -376,7 +405,8 @@ def to_tensors(trajs, pad_id: int, max_len: int | None = None, *, clip: bool = F
 
 
 def rollout_metrics(trajs) -> dict:
-    """Batch means: success, return, env reward, penalty; per-turn format / valid-action rates; lengths."""
+    """Batch means: success, return, env reward, penalty; per-turn format / valid-action rates; lengths; and for
+    multi-turn batches the same by turn index (per_turn_metrics)."""
     turns = [t for tr in trajs for t in tr.turns]
     executed = [v for t in turns for v in t.valid]
     n, nt = max(len(trajs), 1), max(len(turns), 1)
@@ -392,7 +422,26 @@ def rollout_metrics(trajs) -> dict:
         "response_tokens": sum(len(t.gen_ids) for t in turns) / nt,  # sampled tokens per turn
         "truncated": sum(tr.truncated for tr in trajs) / n,
         "num_trajectories": float(len(trajs)),
+        **per_turn_metrics(trajs),
     }
+
+
+def per_turn_metrics(trajs) -> dict:
+    """Multi-turn batches only (some episode has > 1 turn), for k = 1..longest episode: reached_turn{k} (episodes
+    with >= k turns), success_by_turn{k} (episodes that succeeded within their first k turns: success ends the
+    episode, so at its last turn), and over the k-th turns of the episodes that reached it format_ok_turn{k} and
+    valid_turn_rate_turn{k}."""
+    longest, n = max((len(tr.turns) for tr in trajs), default=0), max(len(trajs), 1)
+    if longest <= 1:
+        return {}
+    out = {}
+    for k in range(1, longest + 1):
+        kth = [tr.turns[k - 1] for tr in trajs if len(tr.turns) >= k]
+        out[f"reached_turn{k}"] = len(kth) / n
+        out[f"success_by_turn{k}"] = sum(tr.success and len(tr.turns) <= k for tr in trajs) / n
+        out[f"format_ok_turn{k}"] = sum(t.format_ok for t in kth) / max(len(kth), 1)
+        out[f"valid_turn_rate_turn{k}"] = sum(any(t.valid) for t in kth) / max(len(kth), 1)
+    return out
 
 
 def evaluate(model, tokenizer, cfg: RolloutConfig, seeds, **kwargs) -> dict:

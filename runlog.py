@@ -65,13 +65,26 @@ def git_commit() -> str:
     return (sha or "unknown") + ("+dirty" if dirty else "")
 
 
+def cpu_info() -> str:
+    """The CPU a number was measured on: its model name, core count and the flags that decide the precision path
+    and speed (avx2, avx512f, avx512_bf16, amx_bf16), from /proc/cpuinfo; platform.machine() elsewhere."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine()
+    name = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    flags = set((re.search(r"^flags\s*:\s*(.+)$", text, re.M) or [None, ""])[1].split())
+    shown = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{name.group(1).strip() if name else platform.machine()}, {os.cpu_count()} cores, {' '.join(shown) or 'no avx2'}"
+
+
 def environment_info() -> dict:
-    """Versions that matter for reproducing a number."""
+    """Versions that matter for reproducing a number, and the CPU."""
     import accelerate
     import transformers
     return {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__,
             "accelerate": accelerate.__version__, "numpy": np.__version__, "platform": platform.platform(),
-            "git_commit": git_commit(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "cpu": cpu_info(), "git_commit": git_commit(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 class RunLog:

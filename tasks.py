@@ -8,7 +8,8 @@ What it implements (paper section 4 / App. B, and the official code, mll-lab-nu/
   * bandit     two arms named after an occupational pair: the low-risk arm pays 0.1, the high-risk arm pays
                1.0 with probability 0.25 (else 0). Success = the high-risk arm was chosen. Option
                `payout="deterministic"` (not in the paper; the classroom protocol, experiments/classroom.md): the high-risk arm pays 1, the
-               low-risk arm 0, so a group's reward variance is p(1-p) of its success rate p (pure signal), and the
+               low-risk arm 0, so the env reward's variance is p(1-p) of the success rate p (x G/(G-1), unbiased); the return
+               adds the -0.1 format penalty, so RV is task signal only once the format is learnt (--rv-from success), and the
                input-agnostic template "always the first-listed arm" succeeds 50 % of the time (fair arm order).
 They share the Env protocol of envs.py (reset/step/render, budgets, instructions) and are built through
 `envs.make_env` (their base class is env_base.Env); envs.py's docstring lists the deliberate differences from the official code.
@@ -373,7 +374,7 @@ class Bandit(Env):
                     f"<answer>{b}</answer>.")
 
     def _step(self, arm):
-        if self.payout == "deterministic":                          # reward = success: RV is pure signal
+        if self.payout == "deterministic":                          # reward = success (the format penalty aside)
             reward = 1.0 if arm == self.high else 0.0
         elif arm == self.low:
             reward = LOW_PAY

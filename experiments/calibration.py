@@ -75,7 +75,8 @@ KEYS = ("mi_estimate", "mi_seq_estimate", "retrieval_accuracy", "retrieval_chanc
 # ----------------------------------------------------------------------------------------------------------
 def bandit_prompt(tok, seed: int, extra: str = "") -> list:
     """Token ids of the first-turn context of a deterministic-payout Bandit instance (system + user + assistant
-    header + the forced <think>), as rollout.rollout renders it; `extra` is appended to the user message."""
+    header + the forced <think>), as rollout.rollout renders it with prompt_budgets="env" (the classroom runs'
+    prompt: the env's own 100-word hint); `extra` is appended to the user message."""
     import envs
     import rollout
     env = envs.make_env("bandit", payout="deterministic")

@@ -9,12 +9,17 @@ RV-quartile training, the dilution control the referee's question calls for), as
     python experiments/paper.py top_p_sweep --scale paper --model Qwen/Qwen2.5-3B   # the paper's scale (GPU)
     python experiments/paper.py classroom --seeds 0 1 2       # template collapse vs filtering on SmolLM2, ~90 min
     python experiments/paper.py calibration                   # the MI proxy on batches of known I(X;Z), minutes
+    python experiments/paper.py multiturn --seeds 0 1 2       # the same on multi-turn FrozenLake (MULTITURN.md)
+    python experiments/paper.py slip_boundary --seeds 0 1     # filter vs none at slip 0 / 0.2 / 0.5 (SLIP.md)
 
 `--scale cpu` (default) keeps each run small enough for a CPU (SmolLM2, P=4 x G=4, 20 steps; the numbers then
 say whether the pipeline behaves as claimed, not what the paper measured); `--scale paper` uses `--preset paper`
 (P=8, G=16, 400 steps). `classroom` is the evidence protocol of experiments/RESULTS.md (its own scale, chosen by a
-recorded pilot: experiments/classroom.md); `--scale smoke` runs any experiment on the tiny random model in seconds
-(the test suite runs the classroom protocol that way). Every driver ends by writing a Markdown page through
+recorded pilot: experiments/classroom.md); `multiturn` and `slip_boundary` run at the `multiturn` scale, every arm
+and seed from one shared warm start (experiments/warmstart.py, made once into <out-dir>/warm-model) because the
+untrained model writes no valid FrozenLake move (experiments/multiturn.md), and `multiturn`'s page carries the
+input-agnostic baseline of its validation maps (experiments/agnostic.py); `--scale smoke` runs any experiment on
+the tiny random model in seconds (the test suite runs the classroom and multi-turn protocols that way). Every driver ends by writing a Markdown page through
 report.py: experiments/RESULTS.md for the classroom protocol at its own scale, `<out-dir>/<experiment>.md` otherwise.
 Flags the driver does not know are passed on to every train.py run (`--lr 1e-5`, `--entropy-coef 0.01`, ...). Seeds default to 3, the minimum the referee asks for; every arm is summarised as
 mean +/- std over seeds with peak, final and AUC (report.py), not the peak alone.
@@ -28,6 +33,7 @@ table; scheduling across machines (runs are sequential; use the printed commands
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import subprocess
 import sys
@@ -81,6 +87,22 @@ EXPERIMENTS = {
                   "the dilution control on SmolLM2, deterministic Bandit",
                   {"filter": FILTER, "nofilter": NOFILTER,
                    "nofilter-diluted": [*NOFILTER, "--entropy-coef", "@diluted"]}, "name"),
+    "multiturn": ("multi-turn evidence (experiments/MULTITURN.md): top-p 0.9 vs no filter vs the dilution control on "
+                  "FrozenLake 4x4, 3 turns, from the shared warm start (experiments/warmstart.py)",
+                  {"filter": FILTER, "nofilter": NOFILTER,
+                   "nofilter-diluted": [*NOFILTER, "--entropy-coef", "@diluted"]}, "name"),
+    "slip_boundary": ("the filter's edge as RV turns into transition noise (v1 Fig. 9 / review Fig. 11), multi-turn "
+                      "FrozenLake from the shared warm start: filter vs none at slip 0, 0.2, 0.5",
+                      {f"slip{s}-{tag}": ["--env-options", f'{{"slip": {s}}}', *flags]
+                       for s in (0.0, 0.2, 0.5) for tag, flags in (("filter", FILTER), ("nofilter", NOFILTER))},
+                      "name"),
+    "regime_search": ("pilots that slow the classroom dynamics, each placed on the regime map (experiments/REGIME.md): "
+                      "Dr.GRPO at lr 5e-6 with entropy 0.01 / 0.03, PPO with a critic, GRPO at temperature 1; no filter",
+                      {"drgrpo-ent0.01": [*NOFILTER, "--algo", "drgrpo", "--lr", "5e-6", "--entropy-coef", "0.01"],
+                       "drgrpo-ent0.03": [*NOFILTER, "--algo", "drgrpo", "--lr", "5e-6", "--entropy-coef", "0.03"],
+                       "ppo": [*NOFILTER, "--algo", "ppo", "--lr", "5e-6", "--critic-lr", "1e-5",
+                               "--entropy-coef", "0.01"],
+                       "grpo-T1": [*NOFILTER, "--temperature", "1.0"]}, "name"),
     "kl_sweep": ("KL-coefficient sweep without filtering (v1 App. L, review App. M)",
                  {f"kl{c}": [*NOFILTER, "--kl-coef", str(c), "--kl-kind", "k1", "--entropy-coef", "0"]
                   for c in (0, 0.001, 0.01, 0.1)}, "kl_coef"),
@@ -111,7 +133,23 @@ SCALES = {
                   "--micro-batch", "8", "--filter-eps", "0", "--early-stop-empty", "0", "--eval-every", "2",
                   "--val-envs", "16", "--mi-every", "2", "--mi-samples", "32", "--mi-families", "first_turn",
                   "--mi-scorer", "both", "--mi-null", "50", "--save-every", "2", "--log-samples", "4",
-                  "--score-temperature", "1", "--no-progress"],   # the committed runs scored MI at T = 1
+                  "--score-temperature", "1", "--prompt-budgets", "env",
+                  "--no-progress"],   # the committed runs scored MI at T = 1 and told the model 100 words, not 48
+    # The multi-turn protocol (experiments/multiturn.md says why each value); its arms start from WARM["multiturn"].
+    "multiturn": ["--env", "frozenlake", "--max-turns", "3", "--max-new-tokens", "48", "--groups", "4",
+                  "--group-size", "8", "--algo", "drgrpo", "--lr", "1e-5", "--entropy-coef", "0.01",
+                  "--temperature", "1.0", "--steps", "16", "--mini-batch", "32", "--micro-batch", "8",
+                  "--filter-eps", "0", "--early-stop-empty", "0", "--eval-every", "4", "--val-envs", "64",
+                  "--mi-every", "2", "--mi-samples", "32", "--mi-families", "first_turn,trajectory",
+                  "--mi-scorer", "both", "--mi-null", "20", "--save-every", "2", "--log-samples", "4",
+                  "--no-progress"],
+    # The multi-turn drivers on the tiny random model (tests): FrozenLake, 2 turns, a one-epoch warm start.
+    "smoke-multiturn": ["--env", "frozenlake", "--max-turns", "2", "--max-new-tokens", "16", "--groups", "2",
+                        "--group-size", "4", "--algo", "drgrpo", "--steps", "2", "--mini-batch", "8",
+                        "--micro-batch", "4", "--filter-eps", "0", "--early-stop-empty", "0", "--eval-every", "1",
+                        "--val-envs", "4", "--mi-every", "1", "--mi-samples", "8",
+                        "--mi-families", "first_turn,trajectory", "--mi-scorer", "both", "--mi-null", "5",
+                        "--save-every", "1", "--no-bf16", "--no-progress"],
     # Any experiment on the tiny random model in seconds (tests; it checks the plumbing, not the claims).
     "smoke": ["--model", "tiny", "--env", "bandit", "--env-options", '{"payout": "deterministic"}', "--algo", "grpo",
               "--groups", "2", "--group-size", "4", "--steps", "2", "--max-new-tokens", "8", "--mini-batch", "8",
@@ -119,6 +157,20 @@ SCALES = {
               "--val-envs", "2", "--mi-every", "1", "--mi-samples", "8", "--mi-families", "first_turn",
               "--mi-scorer", "both", "--mi-null", "5", "--save-every", "1", "--no-bf16", "--no-progress"],
 }
+# Scales whose arms all start from one warm start: experiments/warmstart.py's flags (its --max-turns and
+# --max-new-tokens are the scale's). The untrained SmolLM2 writes no valid FrozenLake move (experiments/multiturn.md).
+WARM = {"multiturn": ["--model", "smollm2-135m", "--episodes", "64", "--epochs", "2", "--lr", "1e-4"],
+        "smoke-multiturn": ["--model", "tiny", "--episodes", "4", "--epochs", "1"]}
+DEFAULT_SCALE = {"classroom": "classroom", "regime_search": "classroom", "multiturn": "multiturn",
+                 "slip_boundary": "multiturn"}
+PILOT = ["--steps", "24", "--eval-every", "4", "--mi-every", "2"]   # regime_search: longer, coarser evaluation
+SMOKE_SCALE = {"multiturn": "smoke-multiturn", "slip_boundary": "smoke-multiturn"}   # what --scale smoke means
+# (out-dir, page) of an experiment run at its own scale; otherwise runs/ and <out-dir>/<experiment>.md
+HOME = {"classroom": ("experiments/classroom", "experiments/RESULTS.md"),
+        "regime_search": ("experiments/regime", "experiments/REGIME.md"),
+        "multiturn": ("experiments/multiturn", "experiments/MULTITURN.md"),
+        "slip_boundary": ("experiments/multiturn", "experiments/SLIP.md")}
+AGNOSTIC = "agnostic.json"                    # <out-dir>/agnostic.json: the input-agnostic ceiling of the val maps
 # What the page of an experiment shows beyond the task metrics (report.py --columns / --pairs / --figure-keys).
 MI, MI_FROZEN = "mi_first_turn/mi_estimate", "mi_first_turn_frozen/mi_estimate"
 PAGES = {
@@ -132,6 +184,23 @@ PAGES = {
                 "mi_first_turn/retrieval_accuracy", "train/entropy", "filter/zero_rv_count", "filter/kept_frac",
                 "rollout/response_tokens", "time/step"]),
 }
+MT, MT_FROZEN = "mi_trajectory/retrieval_accuracy", "mi_trajectory_frozen/retrieval_accuracy"
+PAGES["multiturn"] = dict(
+    columns=[f"{MI}@first", MI, f"{MI}_null_mean", f"{MI_FROZEN}@first", MI_FROZEN,
+             "mi_first_turn/retrieval_accuracy", f"{MT}@first", MT, f"{MT}_null_mean", MT_FROZEN,
+             "mi_first_turn/conditional_entropy_est", "train/entropy@first", "train/entropy",
+             "rollout/format_ok_rate", "rollout/valid_turn_rate", "rollout/turns", "rollout/success_by_turn1",
+             "rollout/success", "val/success_by_turn1", "val/turns", "filter/kept_frac@mean",
+             "filter/zero_rv_count@mean", "time/step@mean"],
+    pairs=PAGES["classroom"]["pairs"],
+    figure=["val/success", "rollout/success", "rollout/valid_turn_rate", "rollout/turns", MI, f"{MI}_null_mean",
+            MI_FROZEN, MT, "train/entropy", "filter/zero_rv_count", "filter/kept_frac", "time/step"])
+PAGES["slip_boundary"] = dict(
+    columns=PAGES["multiturn"]["columns"],
+    pairs=[(f"slip{s}-filter", f"slip{s}-nofilter") for s in (0.0, 0.2, 0.5)],
+    figure=["val/success", "rollout/success", "filter/rv_mean", "filter/zero_rv_count", MI, "train/entropy"])
+PAGES["regime_search"] = dict(columns=PAGES["classroom"]["columns"], pairs=[],
+                              figure=PAGES["classroom"]["figure"])
 PAGES["dilution_control"] = dict(          # the cpu / paper scales log neither the null nor the frozen scorer
     columns=[MI, "mi_first_turn/retrieval_accuracy", "train/entropy@first", "train/entropy", "rollout/format_ok_rate",
              "filter/kept_frac@mean", "filter/zero_rv_count@mean", "time/step@mean"],
@@ -175,20 +244,86 @@ def drop_flag(argv: list[str], flag: str) -> list[str]:
     return out
 
 
-def runs(name: str, scale: str, seeds: list[int], extra: list[str], out_dir: str) -> list[tuple[str, list[str]]]:
+def runs(name: str, scale: str, seeds: list[int], extra: list[str], out_dir: str,
+         warm: list[str] = ()) -> list[tuple[str, list[str]]]:
     """(run name, train.py argv) for every arm x seed of one experiment. The dilution arm's entropy coefficient is
     the placeholder "@diluted" (base x kept fraction, filled in by `main` once the filter run exists); its base is
-    the coefficient every other arm runs with (scale, then extra flags; the dataclass default otherwise)."""
+    the coefficient every other arm runs with (scale, then extra flags; the dataclass default otherwise).
+    warm: flags every run gets after the scale's (["--model", <warm start>] for WARM scales)."""
     _, arms, _ = EXPERIMENTS[name]
     out = []
     for arm, flags in arms.items():
         for seed in seeds:
             run = f"{name}-{arm}-s{seed}"
-            argv = [*SCALES[scale], *flags, *extra]
+            pilot = PILOT if name == "regime_search" else []
+            argv = [*SCALES[scale], *warm, *pilot, *flags, *extra]
             if "@diluted" in flags:       # the explicit --entropy-coef is the base, not this arm's value
-                argv = [*drop_flag([*SCALES[scale], *extra], "--entropy-coef"), *flags]
+                argv = [*drop_flag([*SCALES[scale], *warm, *extra], "--entropy-coef"), *flags]
             out.append((run, [*argv, "--seed", str(seed), "--name", run, "--out-dir", out_dir]))
     return out
+
+
+def warm_start(scale: str, out_dir: str, dry_run: bool) -> list[str]:
+    """["--model", <out_dir>/warm-model] for a WARM scale, after making that model once with experiments/warmstart.py
+    (skipped when its weights are there); [] for the other scales. Its weights are not committed (only
+    warmstart.json, which records how it was made): a checkout that has the record but not the weights refuses to
+    make a new one silently, since the finished runs started from the old one."""
+    if scale not in WARM:
+        return []
+    d = Path(out_dir) / "warm-model"
+    turns = flag_value(SCALES[scale], "--max-turns", "3")
+    tokens = flag_value(SCALES[scale], "--max-new-tokens", "48")
+    cmd = [sys.executable, "experiments/warmstart.py", str(d), *WARM[scale], "--max-turns", turns,
+           "--max-new-tokens", tokens]
+    done = (ROOT / d / "model.safetensors").exists() if not d.is_absolute() else (d / "model.safetensors").exists()
+    print(("# done: " if done else "") + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    if not done and not dry_run:
+        record = (ROOT / d if not d.is_absolute() else d) / "warmstart.json"
+        if record.exists():
+            raise SystemExit(f"{d}: warmstart.json is here but the weights are not (they are never committed); the "
+                             f"finished runs started from those weights. To start over from a new warm start, delete "
+                             f"{d} and the runs in {out_dir}")
+        subprocess.run(cmd, cwd=ROOT, check=True)
+    return ["--model", str(d)]
+
+
+def agnostic_baseline(scale: str, extra: list[str], out_dir: str, dry_run: bool) -> str:
+    """<out_dir>/agnostic.json: the best fixed move sequence on the validation maps (experiments/agnostic.py),
+    computed once for the scale's --val-seed / --val-envs / --max-turns / --env-options; returns its path."""
+    import agnostic
+    import config
+    flags = [*SCALES[scale], *extra]
+    lo = int(flag_value(flags, "--val-seed", str(config.Args.val_seed)))
+    n = int(flag_value(flags, "--val-envs", str(config.Args.val_envs)))
+    options = {**json.loads(flag_value(flags, "--env-options", "{}")),
+               "max_turns": int(flag_value(flags, "--max-turns", "3"))}
+    path = Path(out_dir) / AGNOSTIC
+    path = path if path.is_absolute() else ROOT / path                  # as the runs: relative to the checkout
+    command = (f"python experiments/agnostic.py --env frozenlake --seeds {lo}:{lo + n} "
+               f"--env-options '{json.dumps(options)}'")
+    old = json.loads(path.read_text()) if path.exists() else {}
+    if old.get("command") != command and not dry_run:
+        seq, wins, count = agnostic.best_fixed_sequence("frozenlake", range(lo, lo + n), options)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"env": "frozenlake", "env_options": options, "seeds": [lo, lo + n],
+                                    "sequence": seq, "successes": wins, "instances": count,
+                                    "success": wins / count, "command": command}, indent=2) + "\n")
+    print(("# done: " if old.get("command") == command else "") + command, flush=True)
+    return str(Path(out_dir) / AGNOSTIC)
+
+
+def timed_run(cmd: list[str], run: str, out_dir: Path) -> None:
+    """Run one train.py command and append its wall time (model load and checkpoints included) to
+    <out_dir>/walltime.jsonl, so a protocol's cost is measured, not estimated; a resumed run adds a second line."""
+    import time
+    from runlog import cpu_info
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    out_dir = out_dir if out_dir.is_absolute() else ROOT / out_dir
+    with open(out_dir / "walltime.jsonl", "a") as f:
+        f.write(json.dumps({"run": run, "seconds": round(time.perf_counter() - t0, 1), "resumed": "--resume" in cmd,
+                            "cpu": cpu_info(),
+                            "ended": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
 
 
 def entropy_base(scale: str, extra: list[str]) -> float:
@@ -221,11 +356,19 @@ def main(argv=None) -> None:
         print(f"{'calibration':22s}  -       the MI proxy on batches of known input dependence "
               "(experiments/calibration.py, no training)")
         return
-    args.scale = args.scale or ("classroom" if args.experiment == "classroom" else "cpu")
-    home = args.experiment == "classroom" and args.scale == "classroom"
-    args.out_dir = args.out_dir or ("experiments/classroom" if home else "runs")
-    page = args.page or ("experiments/RESULTS.md" if home else str(Path(args.out_dir) / f"{args.experiment}.md"))
-    todo = runs(args.experiment, args.scale, args.seeds, extra, args.out_dir)
+    args.scale = args.scale or DEFAULT_SCALE.get(args.experiment, "cpu")
+    if args.scale == "smoke":
+        args.scale = SMOKE_SCALE.get(args.experiment, "smoke")
+    if args.experiment in SMOKE_SCALE and args.scale not in SMOKE_SCALE.values() and args.scale != "multiturn":
+        ap.error(f"--scale {args.scale}: {args.experiment} is multi-turn FrozenLake from a warm start; use "
+                 "--scale multiturn (default) or smoke")
+    home = args.experiment in HOME and args.scale == DEFAULT_SCALE[args.experiment]
+    args.out_dir = args.out_dir or (HOME[args.experiment][0] if home else "runs")
+    page = args.page or (HOME[args.experiment][1] if home else str(Path(args.out_dir) / f"{args.experiment}.md"))
+    warm = warm_start(args.scale, args.out_dir, args.dry_run)
+    baseline = (agnostic_baseline(args.scale, extra, args.out_dir, args.dry_run)
+                if args.experiment == "multiturn" else "")
+    todo = runs(args.experiment, args.scale, args.seeds, extra, args.out_dir, warm)
     for run, argv_run in todo:
         run_dir = Path(args.out_dir) / run
         done = (run_dir / "finished.json").exists()
@@ -241,10 +384,11 @@ def main(argv=None) -> None:
             cmd = [sys.executable, "train.py", "--resume", str(run_dir)]
         print(("# done: " if done else "") + " ".join(shlex.quote(c) for c in cmd), flush=True)
         if not args.dry_run and not done:
-            subprocess.run(cmd, cwd=ROOT, check=True)
+            timed_run(cmd, run, Path(args.out_dir))
     report_cmd = [sys.executable, "report.py", *[str(Path(args.out_dir) / r) for r, _ in todo],
                   *report_flags(args.experiment, page, intro=home),
-                  *(["--missing-ok"] if args.scale == "smoke" else [])]
+                  *(["--baseline", baseline] if baseline else []),
+                  *(["--missing-ok"] if args.scale in ("smoke", *SMOKE_SCALE.values()) else [])]
     print(" ".join(shlex.quote(c) for c in report_cmd), flush=True)
     if not args.dry_run:
         subprocess.run(report_cmd, cwd=ROOT, check=True)
@@ -260,8 +404,10 @@ def report_flags(experiment: str, page: str, intro: bool = True) -> list[str]:
                   "--pairs", ",".join(f"{experiment}-{a}:{experiment}-{b}" for a, b in spec["pairs"])]
     else:
         flags += ["--spearman", "mi_first_turn/mi_zscore_ema"]
-    if experiment == "classroom" and CALIBRATION.exists():              # its batches on the page's regime map
+    if experiment in ("classroom", "regime_search") and CALIBRATION.exists():   # its batches on the regime map
         flags += ["--calibration", str(CALIBRATION.relative_to(ROOT))]
+    elif experiment in ("multiturn", "slip_boundary"):                   # the calibration batches are the Bandit's
+        flags += ["--regime-map"]
     path = Path(__file__).parent / f"{experiment}.md"
     if intro and path.exists():
         flags += ["--intro", str(path.relative_to(ROOT))]

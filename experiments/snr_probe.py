@@ -61,7 +61,7 @@ def main(argv=None) -> dict:
             critic.load_state_dict(ckpt["critic"])
     model.eval()
     torch.manual_seed(train.step_seed(args.seed, own.step, dist.rank))
-    local, first, R, owner, _ = train.collect(own.step, model, tok, args, train.rollout_config(args), dist)
+    local, first, R, _, owner, _ = train.collect(own.step, model, tok, args, train.rollout_config(args), dist)
     m = train.grad_analysis(local, first, R, owner, model, critic, ref, tok, args, dist)
     if dist.main:
         print(snr.report_table(m))

@@ -46,7 +46,8 @@ def test_prompt_is_the_rollouts_first_context(tiny):
         seen.extend(list(c) for c in contexts)                           # rollout extends them in place
         return [(tok.encode("<think>a</think><answer>x</answer>", add_special_tokens=False), [0.0] * 9)
                 for _ in contexts]
-    cfg = rollout.RolloutConfig(env="bandit", env_options={"payout": "deterministic"}, max_new_tokens=8)
+    cfg = rollout.RolloutConfig(env="bandit", env_options={"payout": "deterministic"}, max_new_tokens=8,
+                                prompt_budgets="env")             # the classroom runs' prompt: the env's 100 words
     rollout.rollout(model, tok, cfg, [5], 1, generate_fn=scripted)
     assert seen[0] == cal.bandit_prompt(tok, 5)
     assert "Max response length: 100 words (tokens). extra words<|im_end|>" in tok.decode(cal.bandit_prompt(tok, 5, "extra words"))

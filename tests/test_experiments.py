@@ -69,3 +69,52 @@ def test_classroom_protocol_smoke_runs_resumes_and_writes_the_page(tmp_path, cap
     assert printed.count("# done:") == 5 and f"--resume {out / 'classroom-nofilter-s1'}" in printed
     assert (out / "classroom-nofilter-s1" / "finished.json").exists()
     assert [r["step"] for r in runlog.read_metrics(out / "classroom-nofilter-s1")] == [-1, 0, 1]
+
+
+def test_multiturn_and_slip_boundary_defaults_and_dry_run(capsys, tmp_path):
+    paper.main(["slip_boundary", "--dry-run", "--seeds", "0"])
+    out = capsys.readouterr().out
+    assert "experiments/warmstart.py experiments/multiturn/warm-model" in out and "--page experiments/SLIP.md" in out
+    w = str(tmp_path)                                                # any local directory is a model name
+    todo = dict(paper.runs("slip_boundary", "multiturn", [0], [], "x", ["--model", w]))
+    for s in (0.0, 0.2, 0.5):
+        a = resolved(todo[f"slip_boundary-slip{s}-filter-s0"])
+        assert (a.env, json.loads(a.env_options), a.model, a.max_turns, a.filter) == (
+            "frozenlake", {"slip": s}, w, 3, "top_p")
+        assert resolved(todo[f"slip_boundary-slip{s}-nofilter-s0"]).filter == "none"
+    a = resolved(paper.runs("multiturn", "multiturn", [1], [], "x", ["--model", w])[0][1])
+    assert (a.algo, a.max_new_tokens, a.groups, a.group_size, a.val_envs, a.mi_families, a.prompt_budgets) == (
+        "drgrpo", 48, 4, 8, 64, "first_turn,trajectory", "rollout")
+    with pytest.raises(SystemExit):
+        paper.main(["multiturn", "--scale", "cpu", "--dry-run"])      # a Bandit scale for a FrozenLake protocol
+
+
+@pytest.mark.slow
+def test_multiturn_protocol_smoke_warm_start_baseline_resume_and_page(tmp_path, capfd):
+    out, page = tmp_path / "runs", tmp_path / "MULTITURN.md"
+    argv = ["multiturn", "--scale", "smoke", "--seeds", "0", "--out-dir", str(out), "--page", str(page)]
+    paper.main(argv)
+    names = [f"multiturn-{arm}-s0" for arm in ("filter", "nofilter", "nofilter-diluted")]
+    assert all((out / n / "finished.json").exists() for n in names)
+    warm = json.loads((out / "warm-model" / "warmstart.json").read_text())
+    assert warm["model"] == "tiny" and warm["max_turns"] == 2 and warm["teacher_success"] > 0
+    for n in names:                                                   # every arm starts from the warm start
+        assert json.loads((out / n / "config.json").read_text())["flags"]["model"] == str(out / "warm-model")
+    base = json.loads((out / "agnostic.json").read_text())
+    assert base["seeds"] == [123, 127] and base["env_options"] == {"max_turns": 2}
+    text = page.read_text()
+    assert "## Input-agnostic baseline" in text and f"succeeds on {base['successes']} of 4" in text
+    assert "| multiturn-filter | 1 | s0: " in text and "| multiturn-nofilter | 1 |" in text
+    assert "rollout/success_by_turn1" in text and page.with_suffix(".png").exists()
+    capfd.readouterr()
+    (out / "multiturn-nofilter-s0" / "finished.json").unlink()      # interrupted: continued with --resume
+    paper.main(argv)
+    printed = capfd.readouterr().out
+    assert printed.count("# done:") == 4 and f"--resume {out / 'multiturn-nofilter-s0'}" in printed   # warm, baseline, 2 runs
+    assert [r["step"] for r in runlog.read_metrics(out / "multiturn-nofilter-s0")] == [-1, 0, 1]
+    wall = runlog.read_jsonl(out / "walltime.jsonl")                  # measured per launch, the resume its own line
+    assert [(w["run"], w["resumed"]) for w in wall] == [(n, False) for n in names] + [(names[1], True)]
+    assert all(w["seconds"] > 0 and "cores" in w["cpu"] for w in wall)
+    (out / "warm-model" / "model.safetensors").unlink()             # the record without the weights: refused
+    with pytest.raises(SystemExit, match="warmstart.json is here but the weights are not"):
+        paper.main(argv)

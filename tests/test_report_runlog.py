@@ -245,3 +245,31 @@ def test_runlog_cli_help_and_bad_directory(tmp_path):
     d = _fake_run(tmp_path, "r-s0", {"seed": 0, "name": "r-s0"}, [0.25])
     out = subprocess.run([sys.executable, "runlog.py", str(d)], capture_output=True, text=True)
     assert out.returncode == 0 and "val/success" in out.stdout and "0.25" in out.stdout
+
+
+def test_multiturn_page_rebuilds_byte_identically(tmp_path, monkeypatch):
+    """experiments/MULTITURN.md (the multi-turn page: built from experiments/multiturn/, the pilot until the
+    protocol has run) is rewritten byte for byte by the command printed on it, figures included."""
+    import re
+    import shlex
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    path = root / "experiments" / "MULTITURN.md"
+    if not path.exists():
+        pytest.skip("no multi-turn page committed")
+    cmd = re.search(r"Regenerate this page \(no training\): `python report\.py ([^`]*)`", path.read_text())
+    assert cmd, "the page prints the command that rebuilds it"
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "multiturn").symlink_to(root / "experiments" / "multiturn")
+    (tmp_path / "experiments" / "multiturn.md").write_text((root / "experiments" / "multiturn.md").read_text())
+    monkeypatch.chdir(tmp_path)
+    args = shlex.split(cmd.group(1))
+    pattern = args[0]
+    assert pattern.endswith("*")
+    runs = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob(pattern))
+    assert runs, pattern
+    report.main(runs + args[1:])
+    assert (tmp_path / "experiments" / "MULTITURN.md").read_bytes() == path.read_bytes()
+    for fig in ("MULTITURN.png", "MULTITURN_regime.png"):
+        if (root / "experiments" / fig).exists():
+            assert (tmp_path / "experiments" / fig).read_bytes() == (root / "experiments" / fig).read_bytes(), fig

@@ -7,6 +7,7 @@ import re
 import pytest
 import torch
 
+import config
 import envs
 import policy
 import sampling
@@ -412,3 +413,47 @@ def test_a_template_that_rewrites_history_is_refused_and_chatml_fixes_it(tiny, t
         train.main([*argv, "--env", "frozenlake"])
     assert "\n" not in str(e.value) and not (tmp_path / "runs").exists()
     train.load_policy(config.resolve([*argv, "--env", "bandit"])[0], "cpu")
+
+
+def test_per_turn_metrics_on_a_worked_batch():
+    """Three episodes: success at turn 1; success at turn 3 after a malformed turn 2; failure after 2 turns."""
+    def turn(ok, valid):
+        return rollout.Turn(x_ids=[], z_ids=[], gen_ids=[1], text="", actions=[], valid=valid, reward=0.0,
+                            penalty=0.0, format_ok=ok)
+    trajs = [rollout.Trajectory(group=0, seed=0, env_name="w", messages=[], success=True, turns=[turn(True, [True])]),
+             rollout.Trajectory(group=0, seed=0, env_name="w", messages=[], success=True,
+                                turns=[turn(True, [True]), turn(False, []), turn(True, [False, True])]),
+             rollout.Trajectory(group=0, seed=0, env_name="w", messages=[], success=False,
+                                turns=[turn(True, [False]), turn(True, [True])])]
+    m = rollout.rollout_metrics(trajs)
+    assert [m[f"reached_turn{k}"] for k in (1, 2, 3)] == pytest.approx([1, 2 / 3, 1 / 3])
+    assert [m[f"success_by_turn{k}"] for k in (1, 2, 3)] == pytest.approx([1 / 3, 1 / 3, 2 / 3])
+    assert m["success_by_turn3"] == pytest.approx(m["success"])
+    assert [m[f"format_ok_turn{k}"] for k in (1, 2, 3)] == pytest.approx([1, 1 / 2, 1])
+    assert [m[f"valid_turn_rate_turn{k}"] for k in (1, 2, 3)] == pytest.approx([2 / 3, 1 / 2, 1])
+    assert "turn4" not in " ".join(m) and m["turns"] == pytest.approx(2)
+    single = rollout.rollout_metrics(trajs[:1])                      # single-turn batches get no per-turn keys
+    assert not any(k[-1].isdigit() for k in single)
+
+
+def test_the_prompt_states_the_budgets_the_rollout_enforces():
+    """--max-turns 3 --max-new-tokens 48 on FrozenLake: the system prompt says 3 turns and the turn block 48 tokens
+    (prompt_budgets="rollout", the default); "env" keeps the env's own 5 turns / 120 words (runs made before)."""
+    model, tok = policy.load("tiny", seed=0)
+    texts = {}
+    for budgets in ("rollout", "env"):
+        cfg = RolloutConfig(env="frozenlake", max_turns=3, max_new_tokens=8, bf16=False, prompt_budgets=budgets)
+        torch.manual_seed(0)
+        tr = rollout.rollout(model, tok, cfg, [5], 1)[0]
+        texts[budgets] = tr.messages[0]["content"] + tr.messages[1]["content"]
+        assert len(tr.turns) <= 3
+    assert "at most 3 turns" in texts["rollout"] and "Max response length: 8 words" in texts["rollout"]
+    assert "at most 5 turns" in texts["env"] and "Max response length: 120 words" in texts["env"]
+    bandit = rollout.stated_env_options(RolloutConfig(env="bandit", max_turns=3, max_new_tokens=48))
+    assert bandit == {"max_tokens": 48}                              # single-turn: no max_turns option to set
+    keep = rollout.stated_env_options(RolloutConfig(env="frozenlake", env_options={"max_tokens": 99}, max_turns=2))
+    assert keep == {"max_tokens": 99, "max_turns": 2}                 # an explicit option wins
+    with pytest.raises(ValueError, match="contradicts"):
+        rollout.stated_env_options(RolloutConfig(env="frozenlake", env_options={"max_turns": 5}, max_turns=3))
+    with pytest.raises(config.UsageError, match="--max-turns: 3 contradicts"):
+        config.resolve(["--env", "frozenlake", "--env-options", '{"max_turns": 5}', "--max-turns", "3"])

@@ -251,13 +251,15 @@ def test_train_py_on_two_processes_resumes_exactly(tmp_path, wrapper):
 def test_every_experiment_arm_is_a_valid_config():
     sys.path.insert(0, str(ROOT / "experiments"))
     import paper
-    n = 0
-    for name in paper.EXPERIMENTS:
-        for scale in paper.SCALES:
+    n, want = 0, 0
+    for name, (_, arms, _) in paper.EXPERIMENTS.items():
+        scales = ("multiturn", "smoke-multiturn") if name in paper.SMOKE_SCALE else paper.SCALES   # FrozenLake only
+        for scale in scales:
             for _, argv in paper.runs(name, scale, [0], [], "runs"):
                 a, _ = config.resolve(["0.0004" if x == "@diluted" else x for x in argv])
                 n += 1
-    assert n == len(paper.SCALES) * sum(len(arms) for _, arms, _ in paper.EXPERIMENTS.values())
+        want += len(scales) * len(arms)
+    assert n == want
     q, _ = config.resolve([x if x != "@diluted" else "0" for x in paper.runs("quartiles", "paper", [1], [], "r")[2][1]])
     assert (q.filter, q.filter_quartile, q.seed, q.env, q.groups) == ("none", 3, 1, "sokoban", 8)
 
@@ -394,3 +396,52 @@ def test_tensorboard_tracker_writes_the_logged_metrics_under_the_run(tmp_path):
     assert [e.step for e in events] == sorted(logged) == [0, 1]
     assert [e.value for e in events] == pytest.approx([logged[s]["rollout/return"] for s in (0, 1)])
     assert "val/success" in ea.Tags()["scalars"]
+
+
+# ------------------------------------------------------------------------------------ --rv-from return | success
+def test_rv_from_success_keeps_the_format_penalty_out_of_the_filter(capsys):
+    """A worked batch, G = 4: group 0 never succeeds but two members paid the -0.1 format penalty (return RV
+    0.0033, success RV 0); group 1 succeeds half the time (both RVs 1/3); group 2 always succeeds, one member
+    penalised (return RV 0.0025, success RV 0). top_k_abs 2 on the returns keeps {0, 1} (the penalty noise
+    outranks group 2); on success it keeps {1} alone (zero-RV groups are no candidates); the advantages still use
+    the returns, so R is unchanged."""
+    rows = [[(-0.1, 0), (0.0, 0), (-0.1, 0), (0.0, 0)],
+            [(1.0, 1), (0.0, 0), (1.0, 1), (0.0, 0)],
+            [(1.0, 1), (1.0, 1), (1.0, 1), (0.9, 1)]]
+    trajs = [rollout.Trajectory(group=g, seed=g, env_name="worked", messages=[], ret=r, success=bool(s))
+             for g, row in enumerate(rows) for r, s in row]
+    dist = train.Dist(OneProcess())
+    R = train.gather_returns(trajs, 4, dist)
+    S = train.gather_returns(trajs, 4, dist, of="success")
+    assert R.tolist() == [[r for r, _ in row] for row in rows]
+    assert S.tolist() == [[float(s) for _, s in row] for row in rows]
+    kept = {}
+    for rv_from in ("return", "success"):
+        args, _ = config.resolve(["--model", "tiny", "--groups", "3", "--group-size", "4", "--filter", "top_k_abs",
+                                  "--filter-value", "2", "--rv-from", rv_from])
+        assert args.rv_from == rv_from
+        m = {}
+        fres = train.snr_filter(trajs, trajs, S if rv_from == "success" else R, torch.zeros(3, dtype=torch.long),
+                                None, config.filter_config(args), args, dist, m)
+        kept[rv_from] = sorted(fres.kept_groups.tolist())
+        assert m["filter/zero_rv_count"] == (0.0 if rv_from == "return" else 2.0)
+        assert m["filter/rv_max"] == pytest.approx(1 / 3)
+    assert kept == {"return": [0, 1], "success": [1]}
+    with pytest.raises(SystemExit):
+        config.resolve(["--rv-from", "reward"])
+    assert "--rv-from: invalid choice: 'reward'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rv_from", ["return", "success"])
+def test_collect_returns_the_filter_signal_named_by_rv_from(rv_from):
+    """collect's S is the success matrix of the batch it returns under --rv-from success and R itself otherwise."""
+    args, _ = config.resolve(["--model", "tiny", "--env", "bandit", "--groups", "2", "--group-size", "2",
+                              "--max-new-tokens", "4", "--no-bf16", "--rv-from", rv_from])
+    model, tok = policy.load("tiny", seed=0)
+    local, first, R, S, owner, _ = train.collect(0, model, tok, args, train.rollout_config(args),
+                                                 train.Dist(OneProcess()))
+    assert R.tolist() == [[t.ret for t in local[g * 2:(g + 1) * 2]] for g in range(2)]
+    want = [[float(t.success) for t in local[g * 2:(g + 1) * 2]] for g in range(2)] if rv_from == "success" else R
+    assert torch.equal(S, torch.as_tensor(want, dtype=torch.float64))
+    if rv_from == "success":       # the random model breaks the format: its returns carry the penalty, S does not
+        assert all(t.penalty < 0 for t in local) and not torch.equal(R, S)

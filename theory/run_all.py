@@ -6,7 +6,8 @@ contradicts the paper's narrative, and per check the claim, the paper's labels (
 the measured numbers, the sub-claim verdicts with their evidence, and the figure. Every word of RESULTS.md that
 depends on a measurement is produced here from the numbers the scripts return; the file is never edited by hand.
 Verdict rule (theory/toy.py): a sub-claim holds / is contradicted / is not resolved by the numbers; a check
-"holds" if all its sub-claims hold, is "contradicted" if all are contradicted, else "holds with caveat".
+"holds" if all its sub-claims hold, is "contradicted" if all are contradicted, is "partly contradicted" if some
+are, and otherwise (some not resolved, none contradicted) "holds with caveat"; the summary table counts them.
 
 Left out: timing claims (runtimes are printed for information only; benchmarks live in bench/).
 Run: `python theory/run_all.py` (full size, writes theory/RESULTS.md and theory/figures/*.png);
@@ -69,14 +70,18 @@ def render(results: list[dict], size: str, seed: int, out_dir=HERE) -> str:
              "measurement is written by the scripts from what they measured (exact tools: `theory/toy.py`; the labels "
              "name the RAGEN-2 theorems, v1 numbering first).", "",
              "Verdicts: a sub-claim *holds*, is *contradicted*, or is *not resolved* (e.g. a difference inside the "
-             "seed noise) by the numbers; a check holds if all its sub-claims hold, is contradicted if all are, and "
-             "otherwise holds with caveat. Sub-claims are phrased as the paper states or argues them, so "
-             "\"contradicted\" means the toy contradicts the paper's statement.", "",
-             "## Summary", "", "| check | script | claim | paper label (v1; review) | verdict | seconds |",
-             "|---|---|---|---|---|---|"]
+             "seed noise) by the numbers; a check holds if all its sub-claims hold, is contradicted if all are, is "
+             "partly contradicted if some are, and otherwise (some not resolved, none contradicted) holds with "
+             "caveat. Sub-claims are phrased as the paper states or argues them, so \"contradicted\" means the toy "
+             "contradicts the paper's statement.",
+             "", "## Summary", "",
+             "| check | script | claim | paper label (v1; review) | verdict | sub-claims: hold / contradicted / "
+             "not resolved | seconds |", "|---|---|---|---|---|---|---|"]
     for r in results:
+        n = {v: sum(c["verdict"] == v for c in r["claims"]) for v in ("holds", "contradicted", "not resolved")}
         lines.append(f"| {r['check']} | `theory/{r['name']}.py` | {_cell(r['claim'])} | {_cell(r['labels'])} | "
-                     f"**{r['verdict']}** | {r['seconds']:.1f} |")
+                     f"**{r['verdict']}** | {n['holds']} / {n['contradicted']} / {n['not resolved']} | "
+                     f"{r['seconds']:.1f} |")
     lines += ["", "## Where the checks contradict the paper's narrative", ""]
     # every contradicted sub-claim, verbatim with its evidence: the plain list the issue asks for
     contra = [(r, c) for r in results for c in r["claims"] if c["verdict"] == "contradicted"]

@@ -31,7 +31,7 @@ import numpy as np
 SIZES = ("full", "small")
 FIG_DIR = Path(__file__).resolve().parent / "figures"                # the committed figures (full size)
 SCRATCH = Path(__file__).resolve().parents[1] / "runs" / "theory-small"   # gitignored: small-size outputs
-VERDICTS = ("holds", "holds with caveat", "contradicted")
+VERDICTS = ("holds", "holds with caveat", "partly contradicted", "contradicted")
 
 
 # --------------------------------------------------------------------------------------------- input checks
@@ -307,12 +307,16 @@ def correlation_claim(text: str, rho: float, p: float, sign: int, alpha: float =
 
 
 def overall_verdict(claims: list[dict]) -> str:
-    """All sub-claims hold -> "holds"; all contradicted -> "contradicted"; otherwise "holds with caveat"."""
+    """All sub-claims hold -> "holds"; all contradicted -> "contradicted"; some (not all) contradicted ->
+    "partly contradicted"; none contradicted but some not resolved -> "holds with caveat". A check with a
+    contradicted sub-claim is never summarised as holding."""
     verdicts = {c["verdict"] for c in claims}
     if verdicts == {"holds"}:
         return "holds"
     if verdicts == {"contradicted"}:
         return "contradicted"
+    if "contradicted" in verdicts:
+        return "partly contradicted"
     return "holds with caveat"
 
 
