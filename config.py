@@ -375,8 +375,13 @@ def validate(a: Args) -> None:
         envs.make_env(a.env, **opts)
     except ValueError as e:   # names the bad option
         bad("env_options", str(e))
-    if a.max_turns and opts.get("max_turns", a.max_turns) != a.max_turns:
-        bad("max_turns", f"{a.max_turns} contradicts --env-options max_turns={opts['max_turns']}; give one of them")
+    import rollout
+    try:                      # the options the env is really built with (the budgets the prompt states)
+        rollout.stated_env_options(rollout.RolloutConfig(env=a.env, env_options=opts, max_turns=a.max_turns or None,
+                                                         max_new_tokens=a.max_new_tokens, max_context=a.max_context,
+                                                         prompt_budgets=a.prompt_budgets))
+    except ValueError as e:   # --max-turns against an explicit max_turns option
+        bad("max_turns", f"{e}; give one of them")
     fams = [f for f in a.mi_families.split(",") if f]
     if any(f not in ("first_turn", "trajectory") for f in fams):
         bad("mi_families", f"entries must be first_turn or trajectory, got {a.mi_families!r}")

@@ -121,7 +121,7 @@ def stated_env_options(cfg: RolloutConfig, env_cls=None) -> dict:
     existed did that (config.LEGACY)."""
     opts = dict(cfg.env_options)
     if cfg.max_turns and "max_turns" in opts and opts["max_turns"] != cfg.max_turns:
-        raise ValueError(f"max_turns={cfg.max_turns} contradicts the env option max_turns={opts['max_turns']}")
+        raise ValueError(f"{cfg.max_turns} contradicts the env option max_turns={opts['max_turns']}")
     if cfg.prompt_budgets == "env":
         return opts
     if env_cls is None:

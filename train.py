@@ -154,10 +154,9 @@ def collect(step, model, tok, args, rcfg, dist: Dist, gen=None):
     metrics = {f"rollout/{k}": v for k, v in rollout.rollout_metrics(dist.gather(first)).items()}
     metrics["rollout/rounds"] = float(rnd + 1)
     metrics["rollout/groups_in_batch"] = float(len(rows))
-    if not rows:
-        return local, first, torch.zeros(0, G, dtype=torch.float64), torch.zeros(0, G, dtype=torch.float64), \
-            torch.tensor([], dtype=torch.long), metrics
-    return local, first, torch.stack(rows), torch.stack(srows), torch.tensor(owner, dtype=torch.long), metrics
+    none = torch.zeros(0, G, dtype=torch.float64)                     # (0, G): every round was filtered out
+    return (local, first, torch.stack(rows) if rows else none, torch.stack(srows) if rows else none,
+            torch.tensor(owner, dtype=torch.long), metrics)
 
 
 ROUND0_KEYS = ("filter/zero_rv_count", "filter/rv_mean", "filter/rv_min", "filter/rv_max", "filter/rv_std_over_mean",

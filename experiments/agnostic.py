@@ -71,18 +71,19 @@ def best_fixed_sequence(env_name: str, seeds, options: dict | None = None, horiz
 
 
 def parse_seeds(text: str) -> list[int]:
-    """'5000:5064' (a range, end excluded) or '1,2,3'."""
-    if ":" in text:
-        lo, hi = (int(x) for x in text.split(":"))
-        return list(range(lo, hi))
-    return [int(x) for x in text.split(",") if x]
+    """'1,2,3', or what evaluate.py's --seeds takes: 'START:END' (END excluded) or 'START' (64 seeds)."""
+    if "," in text:
+        return [int(x) for x in text.split(",") if x]
+    import evaluate
+    return evaluate.parse_seeds(text, None)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="frozenlake")
     ap.add_argument("--env-options", default="{}", help="JSON, as train.py's --env-options")
-    ap.add_argument("--seeds", default="5000:5064", help="instances: lo:hi (hi excluded) or a,b,c")
+    ap.add_argument("--seeds", default="5000:5064", help="instances: START:END (END excluded), START (64 seeds) or "
+                    "a,b,c")
     ap.add_argument("--horizon", type=int, default=None, help="sequence length (default: the episode's budget)")
     a = ap.parse_args(argv)
     try:

@@ -275,10 +275,10 @@ def warm_start(scale: str, out_dir: str, dry_run: bool) -> list[str]:
     tokens = flag_value(SCALES[scale], "--max-new-tokens", "48")
     cmd = [sys.executable, "experiments/warmstart.py", str(d), *WARM[scale], "--max-turns", turns,
            "--max-new-tokens", tokens]
-    done = (ROOT / d / "model.safetensors").exists() if not d.is_absolute() else (d / "model.safetensors").exists()
+    done = (ROOT / d / "model.safetensors").exists()                 # ROOT / d is d itself when d is absolute
     print(("# done: " if done else "") + " ".join(shlex.quote(c) for c in cmd), flush=True)
     if not done and not dry_run:
-        record = (ROOT / d if not d.is_absolute() else d) / "warmstart.json"
+        record = ROOT / d / "warmstart.json"
         if record.exists():
             raise SystemExit(f"{d}: warmstart.json is here but the weights are not (they are never committed); the "
                              f"finished runs started from those weights. To start over from a new warm start, delete "
@@ -297,8 +297,7 @@ def agnostic_baseline(scale: str, extra: list[str], out_dir: str, dry_run: bool)
     n = int(flag_value(flags, "--val-envs", str(config.Args.val_envs)))
     options = {**json.loads(flag_value(flags, "--env-options", "{}")),
                "max_turns": int(flag_value(flags, "--max-turns", "3"))}
-    path = Path(out_dir) / AGNOSTIC
-    path = path if path.is_absolute() else ROOT / path                  # as the runs: relative to the checkout
+    path = ROOT / out_dir / AGNOSTIC                                  # as the runs: relative to the checkout
     command = (f"python experiments/agnostic.py --env frozenlake --seeds {lo}:{lo + n} "
                f"--env-options '{json.dumps(options)}'")
     old = json.loads(path.read_text()) if path.exists() else {}
@@ -319,7 +318,7 @@ def timed_run(cmd: list[str], run: str, out_dir: Path) -> None:
     from runlog import cpu_info
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True)
-    out_dir = out_dir if out_dir.is_absolute() else ROOT / out_dir
+    out_dir = ROOT / out_dir
     with open(out_dir / "walltime.jsonl", "a") as f:
         f.write(json.dumps({"run": run, "seconds": round(time.perf_counter() - t0, 1), "resumed": "--resume" in cmd,
                             "cpu": cpu_info(),
