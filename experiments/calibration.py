@@ -13,10 +13,11 @@ when `--policy RUN_DIR` names a run with a checkpoint):
     template   K texts sampled from one held-out prompt x0 (another arm pair), every text given to every prompt:
                diverse within a prompt, and the batch's empirical I(X;Z) is exactly 0 (its joint is p(x) p(z))
     fixed      one text, the greedy continuation of x0, for every prompt: low-entropy collapse (H(Z|X) = 0)
-    floor      the referee's teacher-forcing floor: reasonings sampled *after the true prompt* with an instruction
-               appended to its user message to write one generic sentence whatever the arms are; scored against
-               the prompts without the instruction (the input a collapsed policy actually sees), so whatever stands
-               above zero is carry-over from x, not reasoning about it
+    floor      the referee's teacher-forcing floor: reasonings sampled *after the true prompt*, templated by
+               3 earlier turns in the same chat (other arm pairs) in which the assistant wrote one generic sentence
+               whatever the arms were (SmolLM2-135M copies an in-context pattern: 84 % of its samples contain the
+               sentence, against 3 % for a written instruction); scored against the prompts without those turns
+               (the input a collapsed policy actually sees), so whatever stands above the null is carry-over from x
 
 What the construction guarantees for ANY scorer (tests/test_calibration.py checks each on the tiny model):
   * template, fixed: MI-Est <= 0 and MI-Seq-Est <= 0 (Jensen: every text sits under every column once, and the
@@ -31,9 +32,9 @@ so a fixed text is low only if the scorer finds it likely (hence the greedy text
 
 Left out: other envs (multi-turn contexts are Turn.x_ids of later turns; the first-turn Bandit prompt is what
 the classroom runs score), the trajectory-uniform family, bf16 scoring.
-Run (seed 0 took 927 s on a 2-core AMD EPYC shared with another process; writes experiments/calibration.json,
+Run (230-250 s per seed on one thread of a 2-core AMD EPYC beside a training job; writes experiments/calibration.json,
 calibration.csv and calibration.png, then the table of experiments/calibration.md):
-    python experiments/paper.py calibration                     # = python experiments/calibration.py (seed 0)
+    python experiments/paper.py calibration                     # = python experiments/calibration.py (seeds 0 1 2)
     python experiments/calibration.py --seeds 0 1 2 --policy runs/<run with checkpoints> --out runs/cal/calibration.json
     python experiments/calibration.py --table-only              # rebuild the table and figure from the JSON
 """
@@ -58,11 +59,11 @@ import mi_proxy as mp  # noqa: E402
 
 ALPHAS = (0.25, 0.5, 0.75)
 TEMPLATE_SENTENCE = "I will pick one of the two arms."
-TEMPLATE_INSTRUCTION = (f"Whatever the arms are called, your thoughts must be exactly this sentence and nothing "
-                        f"else: {TEMPLATE_SENTENCE}")
+FLOOR_SHOTS = 3          # earlier turns that demonstrate the template (1 shot: 31 % compliance, 2: 78 %, 3: 84 %)
+PAIRS = 12               # distinct arm pairs in the Bandit's train split: N prompts + x0 + the shots must fit
 # I(X;Z) of each batch by construction, as printed in the table
 TRUTH = {"healthy": "> 0 (sampled)", "template": "0 (exact)", "fixed": "0, H(Z\\|X) = 0",
-         "floor": "≈ 0 intended (instructed)", **{f"mix{a}": f"≤ {1 - a:g}·I" for a in ALPHAS}}
+         "floor": "≈ 0 intended (3-shot template)", **{f"mix{a}": f"≤ {1 - a:g}·I" for a in ALPHAS}}
 TABLE_START, TABLE_END = "<!-- calibration table: written by experiments/calibration.py -->", "<!-- end of table -->"
 KEYS = ("mi_estimate", "mi_seq_estimate", "retrieval_accuracy", "retrieval_chance_level", "conditional_entropy_est",
         "conditional_entropy_seq_est", "mi_upper_bound", "n_rows", "n_cols", "mi_estimate_null_mean",
@@ -73,25 +74,35 @@ KEYS = ("mi_estimate", "mi_seq_estimate", "retrieval_accuracy", "retrieval_chanc
 # ----------------------------------------------------------------------------------------------------------
 # Prompts: the first-turn Bandit prompt exactly as rollout.rollout builds it
 # ----------------------------------------------------------------------------------------------------------
-def bandit_prompt(tok, seed: int, extra: str = "") -> list:
+def bandit_prompt(tok, seed: int, extra: str = "", shots: tuple = ()) -> list:
     """Token ids of the first-turn context of a deterministic-payout Bandit instance (system + user + assistant
     header + the forced <think>), as rollout.rollout renders it with prompt_budgets="env" (the classroom runs'
-    prompt: the env's own 100-word hint); `extra` is appended to the user message."""
+    prompt: the env's own 100-word hint); `extra` is appended to the user message; `shots` (env seeds) puts one
+    earlier exchange per seed before it, in which the assistant answers
+    `<think>TEMPLATE_SENTENCE</think><answer>first-listed arm</answer>` (the floor's in-context template)."""
     import envs
     import rollout
     env = envs.make_env("bandit", payout="deterministic")
+    user = lambda obs: rollout.turn_block(1, obs, env.max_actions, env.max_tokens, True)   # noqa: E731
+    messages = [{"role": "system", "content": "You're a helpful assistant. " + env.instructions}]
+    for s in shots:
+        messages += [{"role": "user", "content": user(env.reset(s))},
+                     {"role": "assistant", "content": f"<think>{TEMPLATE_SENTENCE}</think>"
+                                                      f"<answer>{env.action_names[0]}</answer>"}]
     obs = env.reset(seed)
-    messages = [{"role": "system", "content": "You're a helpful assistant. " + env.instructions},
-                {"role": "user", "content": rollout.turn_block(1, obs, env.max_actions, env.max_tokens, True)
-                 + (" " + extra if extra else "")}]
+    messages.append({"role": "user", "content": user(obs) + (" " + extra if extra else "")})
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + "<think>"
     return tok.encode(text, add_special_tokens=False)
 
 
-def distinct_pair_seeds(n: int) -> tuple[list, int]:
-    """The first n env seeds whose arm pairs (as sets) all differ, and one more seed with yet another pair
-    (the held-out prompt x0 of the template batches). Bandit's train split has 12 pairs, so n <= 11."""
+def distinct_pair_seeds(n: int, shots: int = 0) -> tuple[list, int, list]:
+    """The first n env seeds whose arm pairs (as sets) all differ, one more seed with yet another pair (the
+    held-out prompt x0 of the template batches), and `shots` more with further pairs (the floor's demonstrations),
+    so no demonstration shows a prompt's own arms. Bandit's train split has 12 pairs: n + 1 + shots <= 12."""
     import envs
+    if n + 1 + shots > PAIRS:
+        raise ValueError(f"n must be at most {PAIRS - 1 - shots} with {shots} shots (Bandit's train split has "
+                         f"{PAIRS} arm pairs), got {n}")
     env, seen, seeds = envs.make_env("bandit", payout="deterministic"), set(), []
     for s in range(10_000):
         env.reset(s)
@@ -99,9 +110,9 @@ def distinct_pair_seeds(n: int) -> tuple[list, int]:
         if pair not in seen:
             seen.add(pair)
             seeds.append(s)
-        if len(seeds) == n + 1:
-            return seeds[:n], seeds[n]
-    raise ValueError(f"n must be at most 11 (Bandit's train split has 12 arm pairs), got {n}")
+        if len(seeds) == n + 1 + shots:
+            return seeds[:n], seeds[n], seeds[n + 1:]
+    raise RuntimeError("fewer distinct arm pairs than PAIRS in 10000 seeds")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -130,20 +141,21 @@ def reasonings(model, tok, contexts: list, *, temperature: float, max_new_tokens
 
 def build_texts(model, tok, *, n_prompts: int = 8, k: int = 8, max_new_tokens: int = 48, seed: int = 0) -> dict:
     """Everything sampled for one calibration seed: prompts (N), own reasonings (N x K, prompt-major), the
-    template pool (K texts from the held-out prompt), the greedy fixed text, and the instructed floor reasonings
+    template pool (K texts from the held-out prompt), the greedy fixed text, and the templated floor reasonings
     (N x K).  Torch sampling seeds 10·seed (own), 10·seed + 1 (pool), 10·seed + 2 (floor): no stream reused."""
-    seeds, held_out = distinct_pair_seeds(n_prompts)
+    seeds, held_out, shots = distinct_pair_seeds(n_prompts, FLOOR_SHOTS)
     prompts = [bandit_prompt(tok, s) for s in seeds]
     x0 = bandit_prompt(tok, held_out)
-    instructed = [bandit_prompt(tok, s, TEMPLATE_INSTRUCTION) for s in seeds]
+    templated = [bandit_prompt(tok, s, shots=tuple(shots)) for s in seeds]      # the floor's contexts
     rep = lambda xs: [x for x in xs for _ in range(k)]                     # noqa: E731  prompt-major, K each
     gen = dict(temperature=1.0, max_new_tokens=max_new_tokens)
     own = reasonings(model, tok, rep(prompts), seed=10 * seed, **gen)
     pool = reasonings(model, tok, [x0] * k, seed=10 * seed + 1, **gen)
     fixed = reasonings(model, tok, [x0], temperature=0.0, max_new_tokens=max_new_tokens, seed=0)[0]   # greedy
-    floor = reasonings(model, tok, rep(instructed), seed=10 * seed + 2, **gen)
-    return {"env_seeds": seeds, "held_out_seed": held_out, "prompts": prompts, "own": own, "pool": pool,
-            "fixed": fixed, "floor": floor, "k": k}
+    floor = reasonings(model, tok, rep(templated), seed=10 * seed + 2, **gen)
+    exact = [tok.decode(z).strip() == TEMPLATE_SENTENCE for z in floor]   # rows that are the template itself
+    return {"env_seeds": seeds, "held_out_seed": held_out, "shot_seeds": shots, "prompts": prompts, "own": own, "pool": pool,
+            "fixed": fixed, "floor": floor, "floor_exact": exact, "k": k}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -200,12 +212,22 @@ def score_batches(model, t: dict, *, n_perm: int = 200, seed: int = 0, alphas=AL
                                            cols[N * (K - m_tpl):], lengths=lengths[r[N * (K - m_tpl):]])
             out[name]["own_part_mi_estimate"] = own_part["mi_estimate"]
             out[name]["template_part_mi_estimate"] = tpl_part["mi_estimate"]
+        if name == "floor" and "floor_exact" in t:        # the same identity splits the floor: copies vs the rest
+            ex = np.asarray(t["floor_exact"], bool)
+            for part, sel in (("exact", ex), ("rest", ~ex)):
+                out[name][f"{part}_rows"] = int(sel.sum())
+                out[name][f"{part}_part_mi_estimate"] = (mm.collapse_metrics(
+                    L_tok[r[sel]], L_seq[r[sel]], [int(c) for c in np.asarray(cols)[sel]], lengths=lengths[r[sel]])["mi_estimate"]
+                    if sel.any() else math.nan)
     return out
 
 
-def compliance(tok, floor: list) -> float:
-    """Fraction of floor reasonings that contain the instructed sentence (how templated the floor really is)."""
-    return float(np.mean([TEMPLATE_SENTENCE.lower() in tok.decode(z).lower() for z in floor]))
+def compliance(tok, floor: list) -> dict:
+    """How templated the floor really is: the fraction of its reasonings that contain the template sentence, and
+    the fraction that are exactly it (those rows are one text under every prompt: the fixed batch's exact 0)."""
+    texts = [tok.decode(z).strip() for z in floor]
+    return {"contains": float(np.mean([TEMPLATE_SENTENCE.lower() in t.lower() for t in texts])),
+            "exact": float(np.mean([t == TEMPLATE_SENTENCE for t in texts]))}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -308,6 +330,7 @@ def run(args) -> dict:
             result["scores"][name].append(score_batches(scorer, t, n_perm=args.n_perm, seed=seed))
         result["floor_compliance"].append(compliance(tok, t["floor"]))
         result["texts"].append({"seed": seed, "env_seeds": t["env_seeds"], "held_out_seed": t["held_out_seed"],
+                                "shot_seeds": t["shot_seeds"],
                                 "own_first": [tok.decode(z) for z in t["own"][::args.k]],
                                 "pool": [tok.decode(z) for z in t["pool"]], "fixed": tok.decode(t["fixed"]),
                                 "floor_first": [tok.decode(z) for z in t["floor"][::args.k]]})
@@ -320,7 +343,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--policy", default="", help="a run directory with checkpoints: also score with its policy")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="calibration seeds (the committed run: 0)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                    help="calibration seeds (the committed run: 0 1 2)")
     ap.add_argument("--prompts", type=int, default=8, help="N prompts (distinct Bandit arm pairs, at most 11)")
     ap.add_argument("--k", type=int, default=8, help="reasonings per prompt (K; alpha x K must be an integer)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
@@ -332,13 +356,14 @@ def main(argv=None) -> None:
     if args.table_only:
         result = json.loads(out.read_text())
     else:
-        if not 2 <= args.prompts <= 11:
-            raise SystemExit(f"--prompts must be in 2..11 (distinct Bandit arm pairs), got {args.prompts}")
+        if not 2 <= args.prompts <= PAIRS - 1 - FLOOR_SHOTS:
+            raise SystemExit(f"--prompts must be in 2..{PAIRS - 1 - FLOOR_SHOTS} (distinct Bandit arm pairs beside x0 "
+                             f"and the floor's {FLOOR_SHOTS} demonstrations), got {args.prompts}")
         result = run(args)
     for p in write_outputs(result, out):
         print(f"wrote {p}")
     print(table(result))
-    print("floor compliance (instructed sentence present):", [round(c, 3) for c in result["floor_compliance"]])
+    print("floor compliance (template sentence contained / exact):", result["floor_compliance"])
 
 
 if __name__ == "__main__":

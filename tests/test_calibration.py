@@ -55,15 +55,34 @@ def test_prompt_is_the_rollouts_first_context(tiny):
 
 def test_prompt_seeds_have_distinct_arm_pairs():
     import envs
-    seeds, held = cal.distinct_pair_seeds(8)
+    seeds, held, shots = cal.distinct_pair_seeds(8, cal.FLOOR_SHOTS)
     env = envs.make_env("bandit", payout="deterministic")
     pairs = []
-    for s in seeds + [held]:
+    for s in seeds + [held] + shots:
         env.reset(s)
         pairs.append(frozenset(env.action_names))
-    assert len(set(pairs)) == 9
+    assert len(shots) == 3 and len(set(pairs)) == 12                 # no demonstration shows a prompt's own arms
+    assert cal.distinct_pair_seeds(8)[:2] == (seeds, held)
+    with pytest.raises(ValueError, match="at most 8 with 3 shots"):
+        cal.distinct_pair_seeds(9, 3)
     with pytest.raises(ValueError, match="at most 11"):
         cal.distinct_pair_seeds(12)
+
+
+def test_floor_prompt_demonstrates_the_template_before_the_true_prompt(tiny):
+    """The floor's context = the shots' exchanges (template reasoning, first-listed arm) then the true prompt's
+    user turn, ending exactly like the prompt it is scored under."""
+    import envs
+    _, tok = tiny
+    seeds, _, shots = cal.distinct_pair_seeds(4, cal.FLOOR_SHOTS)
+    plain, templated = cal.bandit_prompt(tok, seeds[0]), cal.bandit_prompt(tok, seeds[0], shots=tuple(shots))
+    text, env = tok.decode(templated), envs.make_env("bandit", payout="deterministic")
+    assert text.count(f"<think>{cal.TEMPLATE_SENTENCE}</think>") == 3
+    for s in shots:
+        env.reset(s)
+        assert f"<answer>{env.action_names[0]}</answer>" in text
+    user = tok.decode(plain).split("<|im_start|>user")[-1]
+    assert text.endswith(user) and len(templated) > len(plain) + 50
 
 
 def test_batch_layout_makes_template_independent_of_the_prompt():
@@ -81,7 +100,7 @@ def test_batch_layout_makes_template_independent_of_the_prompt():
         cal.batches(N, 2, alphas=(0.1,))
 
 
-def test_guaranteed_orderings_on_the_tiny_model(scored):
+def test_guaranteed_orderings_on_the_tiny_model(scored, tiny):
     t, res = scored
     assert len(t["prompts"]) == N and len(t["own"]) == len(t["floor"]) == N * K and len(t["pool"]) == K
     for name in ("template", "fixed"):
@@ -99,6 +118,11 @@ def test_guaranteed_orderings_on_the_tiny_model(scored):
                                                  abs=1e-12)
         assert m["template_part_mi_estimate"] <= 1e-12
         assert m["mi_estimate"] <= (1 - a) * m["own_part_mi_estimate"] + 1e-12  # the mixing lemma on the estimator
+    f = cal.score_batches(tiny[0], {**t, "floor_exact": [i % 3 == 0 for i in range(N * K)]}, n_perm=5)["floor"]
+    n_ex = f["exact_rows"]                                         # the floor split: copies vs the rest, exactly
+    assert n_ex == len(range(0, N * K, 3)) and f["rest_rows"] == N * K - n_ex
+    assert f["mi_estimate"] == pytest.approx((n_ex * f["exact_part_mi_estimate"] + f["rest_rows"] *
+                                              f["rest_part_mi_estimate"]) / (N * K), abs=1e-12)
     for m in res.values():
         assert m["conditional_entropy_est"] > 0 and math.isfinite(m["mi_estimate_null_z"] if m["mi_estimate_null_std"]
                                                                    > 0 else 0.0)
@@ -155,4 +179,9 @@ def test_committed_smollm2_numbers_keep_the_guaranteed_orderings():
                 m = res[f"mix{a}"]
                 assert m["mi_estimate"] == pytest.approx((1 - a) * m["own_part_mi_estimate"]
                                                          + a * m["template_part_mi_estimate"], abs=1e-9)
-    assert result["precision"] == "fp32" and result["seeds"] == [0]
+            f = res["floor"]                                          # the floor's split: copies + the rest
+            assert f["exact_rows"] + f["rest_rows"] == f["n_rows"]
+            assert f["mi_estimate"] == pytest.approx((f["exact_rows"] * f["exact_part_mi_estimate"] + f["rest_rows"]
+                                                      * f["rest_part_mi_estimate"]) / f["n_rows"], abs=1e-9)
+    assert result["precision"] == "fp32" and result["seeds"] == [0, 1, 2]
+    assert all(c["exact"] > 0.5 for c in result["floor_compliance"])  # the floor batch really is templated
