@@ -162,6 +162,8 @@ class Args:
     val_envs: int = flag(64, "validation envs (fixed seeds val_seed + i, group size 1; paper 512)", "eval")
     val_seed: int = flag(123, "first validation seed", "eval")
     val_temperature: float = flag(0.5, "validation sampling temperature", "eval")
+    val_env_options: str = flag("{}", "JSON dict merged over --env-options for validation only, e.g. "
+                                "'{\"split\": \"test\"}': Bandit arm pairs never trained on", "eval")
     early_stop_empty: int = flag(5, "stop after N consecutive steps where the filter kept nothing; 0 = off", "eval")
     early_stop_rv: bool = flag(False, "stop when RV < 10% of its first-10-step mean for 10 consecutive steps", "eval")
     early_stop_val: bool = flag(False, "stop when validation success < 1% on 5 consecutive evaluations", "eval")
@@ -375,6 +377,16 @@ def validate(a: Args) -> None:
         envs.make_env(a.env, **opts)
     except ValueError as e:   # names the bad option
         bad("env_options", str(e))
+    try:
+        vopts = json.loads(a.val_env_options)
+    except json.JSONDecodeError as e:
+        bad("val_env_options", f"not valid JSON ({e})")
+    if not isinstance(vopts, dict):
+        bad("val_env_options", "must be a JSON object, e.g. '{\"split\": \"test\"}'")
+    try:
+        envs.make_env(a.env, **{**opts, **vopts})
+    except ValueError as e:
+        bad("val_env_options", str(e))
     import rollout
     try:                      # the options the env is really built with (the budgets the prompt states)
         rollout.stated_env_options(rollout.RolloutConfig(env=a.env, env_options=opts, max_turns=a.max_turns or None,
@@ -382,6 +394,13 @@ def validate(a: Args) -> None:
                                                          prompt_budgets=a.prompt_budgets))
     except ValueError as e:   # --max-turns against an explicit max_turns option
         bad("max_turns", f"{e}; give one of them")
+    try:                      # the same for the validation envs
+        rollout.stated_env_options(rollout.RolloutConfig(env=a.env, env_options={**opts, **vopts},
+                                                         max_turns=a.max_turns or None,
+                                                         max_new_tokens=a.max_new_tokens, max_context=a.max_context,
+                                                         prompt_budgets=a.prompt_budgets))
+    except ValueError as e:
+        bad("val_env_options", f"{e}; give one of them")
     fams = [f for f in a.mi_families.split(",") if f]
     if any(f not in ("first_turn", "trajectory") for f in fams):
         bad("mi_families", f"entries must be first_turn or trajectory, got {a.mi_families!r}")

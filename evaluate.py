@@ -112,7 +112,8 @@ def plan(argv=None):
     ap.add_argument("source", help="runs/<name> | a model directory (export.py) | smollm2-135m | tiny | owner/name")
     ap.add_argument("--env", help="environment (default: the run's; required otherwise): a built-in name or "
                     "module:Class / path/to/file.py:Class")
-    ap.add_argument("--env-options", help="JSON dict of environment options (default: the run's, else {})")
+    ap.add_argument("--env-options", help="JSON dict of environment options (default: the run's with its "
+                    "--val-env-options merged over them, i.e. its validation envs; else {})")
     ap.add_argument("--seeds", default="", help="START:END (END exclusive) or START with --episodes; default: the "
                     "run's validation seeds (--val-seed, --val-envs)")
     ap.add_argument("--episodes", type=int, help="number of seeds when --seeds gives only START [64]")
@@ -145,6 +146,8 @@ def plan(argv=None):
     if o.bf16 is not None:
         flags += ["--bf16" if o.bf16 else "--no-bf16"]
     args, kind = resolve_source(o.source, flags, seed=o.seed, checkpoint=o.checkpoint)
+    if o.env_options is None:                        # a run's own validation envs (e.g. the Bandit's test split)
+        args.env_options = json.dumps({**json.loads(args.env_options), **json.loads(args.val_env_options)})
     seeds = (parse_seeds(o.seeds, o.episodes) if o.seeds else
              list(range(args.val_seed, args.val_seed + (o.episodes or args.val_envs))))
     if o.group_size < 1:

@@ -74,7 +74,7 @@ PANELS = [
     ("MI estimate (per token)", ["mi_first_turn/mi_estimate", "mi_trajectory/mi_estimate",
                                  "mi_first_turn_frozen/mi_estimate"]),
     ("MI-ZScore-EMA", ["mi_first_turn/mi_zscore_ema", "mi_trajectory/mi_zscore_ema"]),
-    ("H(Z|X) proxy / token entropy", ["mi_first_turn/conditional_entropy_est", "train/entropy"]),
+    ("H(Z|X) proxy / token entropy", ["mi_first_turn/conditional_entropy_est", "train/token_entropy"]),
     ("losses", ["train/pg_loss", "train/value_loss", "train/kl"]),
     ("tokens per turn", ["rollout/response_tokens"]),
     ("‖g_task‖ / ‖g_ent + g_KL‖ (snr.py, all groups)", ["grad/all/task_over_reg"]),
@@ -268,7 +268,8 @@ def _short_arm(members: list[dict], runs: list[dict]) -> str:
 LABELS = {"mi_first_turn/mi_estimate": "MI-Est", "mi_first_turn/mi_estimate_null_mean": "MI-Est null",
           "mi_first_turn_frozen/mi_estimate": "MI-Est frozen", "mi_first_turn/retrieval_accuracy": "retrieval acc.",
           "mi_first_turn_frozen/retrieval_accuracy": "retrieval acc. frozen",
-          "mi_first_turn/conditional_entropy_est": "H(Z|X) est.", "train/entropy": "token entropy",
+          "mi_first_turn/conditional_entropy_est": "H(Z|X) est.", "train/entropy": "entropy bonus H",
+          "train/token_entropy": "token entropy",
           "rollout/format_ok_rate": "format ok", "rollout/success": "train success", "filter/kept_frac": "kept frac.",
           "filter/zero_rv_count": "zero-RV groups", "filter/rv_std_over_mean": "Std/Mean(RV)", "time/step": "s/step",
           "val/success": "val success", "rollout/response_tokens": "tokens/turn"}

@@ -212,11 +212,13 @@ def grad_analysis(local, first, R, owner, model, critic, frozen, tok, args, dist
 # ------------------------------------------------------------------------------------------------- validation
 @torch.no_grad()
 def evaluate(model, tok, args, rcfg, dist: Dist, gen=None) -> dict:
-    """Success on fixed seeds val_seed + i (group size 1, temperature --val-temperature), sharded over processes."""
+    """Success on fixed seeds val_seed + i (group size 1, temperature --val-temperature, the env options with
+    --val-env-options merged over them), sharded over processes."""
     seeds = [args.val_seed + i for i in range(args.val_envs)][dist.rank::dist.world]
     if gen is not None:
         gen.sync(model)
-    vcfg = dataclasses.replace(rcfg, temperature=rcfg.val_temperature, top_p=rcfg.val_top_p)
+    vcfg = dataclasses.replace(rcfg, temperature=rcfg.val_temperature, top_p=rcfg.val_top_p,
+                               env_options={**rcfg.env_options, **json.loads(args.val_env_options)})
     trajs = dist.gather(rollout.rollout(model, tok, vcfg, seeds, 1, **({"generate_fn": gen} if gen else {}))
                         if seeds else [])
     return {f"val/{k}": v for k, v in rollout.rollout_metrics(trajs).items()} if trajs else {}

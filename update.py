@@ -124,11 +124,14 @@ def accumulate(dist, modules, last: bool):
 def micro_backward(fwd, vfwd, batch, r, denom, dev, args, W: int, share_prefix: bool) -> torch.Tensor:
     """Forward and backward of micro-batch rows r: the objective (and the critic's value loss) weighted by the
     micro-batch's share of the mini-batch's global normaliser, x W (the wrapper averages over W processes).
-    Returns its share of the logged statistics: pg, entropy, kl, value_loss, clipfrac, ppo_kl."""
+    Returns its share of the logged statistics: pg, entropy, kl, value_loss, clipfrac, ppo_kl, then the raw sum
+    of token entropies over its loss-mask tokens and their count (train/token_entropy: nats/token whatever the
+    aggregation; `entropy` is the bonus H in the aggregation's units, e.g. nats/sequence under Dr.GRPO's
+    seq-mean-token-sum)."""
     agg = args.loss_agg
     ids, attn, mask = (batch[k][r].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))
     share = float(algos.agg_count(mask, agg)) / denom  # micro-batch's part of the global normaliser
-    out = torch.zeros(6, dtype=torch.float64)
+    out = torch.zeros(8, dtype=torch.float64)
     with policy.autocast(dev, enabled=config.bf16(args)):
         logp, ent = fwd(ids, attn, mask, with_entropy=True, temperature=args.temperature, share_prefix=share_prefix)
     adv = batch["adv"][r].to(dev)
@@ -140,6 +143,8 @@ def micro_backward(fwd, vfwd, batch, r, denom, dev, args, W: int, share_prefix: 
     ps = algos.policy_loss_stats(logp.detach(), old, adv, mask, args.clip_low, args.clip_high, args.clip_c)
     out[[0, 1, 4, 5]] = torch.tensor([float(pg.detach()), float(h.detach()), ps["pg_clipfrac"], ps["ppo_kl"]],
                                      dtype=torch.float64) * share        # entropy logged whatever its coefficient
+    m = algos._mask_like(mask, ent, "entropy").detach().double()
+    out[6], out[7] = float((ent.detach().double() * m).sum()), float(m.sum())           # token-mean entropy parts
     if args.kl_coef > 0:
         out[2] = float(terms["kl"].detach()) * share
     if vfwd is not None:
@@ -165,7 +170,8 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
     for module in (model, critic):
         if module is not None:
             dist.reshard(module)             # FSDP: the same clean state on every process (a no-op otherwise)
-    stats = torch.zeros(8, dtype=torch.float64)  # pg, entropy, kl, value_loss, clipfrac, ppo_kl, grad_norm, skipped
+    stats = torch.zeros(10, dtype=torch.float64)  # pg, entropy, kl, value_loss, clipfrac, ppo_kl, ent_sum, n_tok,
+    #                                               grad_norm, skipped
     n_updates, critic_skipped = 0, 0
     for _ in range(args.ppo_epochs):
         for denom, micros in batch["plan"]:
@@ -174,7 +180,7 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
                     if r is None:                                      # this process has no rows here
                         padding_backward(fwd, vfwd, dev, args)
                     else:
-                        stats[:6] += micro_backward(fwd, vfwd, batch, r, denom, dev, args, W, dist.share_prefix)
+                        stats[:8] += micro_backward(fwd, vfwd, batch, r, denom, dev, args, W, dist.share_prefix)
             for module, optim in ((model, opt), (critic, copt)):       # gradients are now the global sums
                 if module is None:
                     continue
@@ -183,21 +189,22 @@ def update(model, critic, opt, copt, batch, args, dist) -> dict:
                 if torch.isfinite(norm):
                     optim.step()
                 elif module is model:                                  # same norm on every process: same skip
-                    stats[7] += 1
+                    stats[9] += 1
                 else:
                     critic_skipped += 1
                 optim.zero_grad(set_to_none=True)
                 if module is model:
-                    stats[6] += float(norm)
+                    stats[8] += float(norm)
             n_updates += 1
     for module in (model, critic):
         if module is not None:
             dist.full_weights(module)        # FSDP: whole weights again for the rollout (a no-op otherwise)
-    stats[:6] = dist.sum_(stats[:6].clone())
+    stats[:8] = dist.sum_(stats[:8].clone())
     n = max(n_updates, 1)
     names = ["pg_loss", "entropy", "kl", "value_loss", "clipfrac", "ppo_kl"]
     out = {f"train/{k}": float(stats[i]) / n for i, k in enumerate(names)}
-    out.update({"train/grad_norm": float(stats[6]) / n, "train/skipped_nonfinite": float(stats[7]),
+    out["train/token_entropy"] = float(stats[6] / stats[7]) if stats[7] > 0 else float("nan")
+    out.update({"train/grad_norm": float(stats[8]) / n, "train/skipped_nonfinite": float(stats[9]),
                 "train/optimizer_steps": float(n_updates)})
     if critic is None:
         out.pop("train/value_loss")

@@ -15,8 +15,9 @@ when `--policy RUN_DIR` names a run with a checkpoint):
     fixed      one text, the greedy continuation of x0, for every prompt: low-entropy collapse (H(Z|X) = 0)
     floor      the referee's teacher-forcing floor: reasonings sampled *after the true prompt*, templated by
                3 earlier turns in the same chat (other arm pairs) in which the assistant wrote one generic sentence
-               whatever the arms were (SmolLM2-135M copies an in-context pattern: 84 % of its samples contain the
-               sentence, against 3 % for a written instruction); scored against the prompts without those turns
+               whatever the arms were (SmolLM2-135M copies an in-context pattern: 86-92 % of the committed floor
+               samples contain the sentence, against 3 % for a written instruction); scored against the prompts
+               without those turns
                (the input a collapsed policy actually sees), so whatever stands above the null is carry-over from x
 
 What the construction guarantees for ANY scorer (tests/test_calibration.py checks each on the tiny model):
@@ -59,7 +60,8 @@ import mi_proxy as mp  # noqa: E402
 
 ALPHAS = (0.25, 0.5, 0.75)
 TEMPLATE_SENTENCE = "I will pick one of the two arms."
-FLOOR_SHOTS = 3          # earlier turns that demonstrate the template (1 shot: 31 % compliance, 2: 78 %, 3: 84 %)
+FLOOR_SHOTS = 3          # earlier turns that demonstrate the template (a one-off probe, 32 samples each:
+#                          1 shot 31 % compliance, 2: 78 %, 3: 84 %; experiments/calibration.md)
 PAIRS = 12               # distinct arm pairs in the Bandit's train split: N prompts + x0 + the shots must fit
 # I(X;Z) of each batch by construction, as printed in the table
 TRUTH = {"healthy": "> 0 (sampled)", "template": "0 (exact)", "fixed": "0, H(Z\\|X) = 0",
@@ -212,19 +214,26 @@ def score_batches(model, t: dict, *, n_perm: int = 200, seed: int = 0, alphas=AL
                                            cols[N * (K - m_tpl):], lengths=lengths[r[N * (K - m_tpl):]])
             out[name]["own_part_mi_estimate"] = own_part["mi_estimate"]
             out[name]["template_part_mi_estimate"] = tpl_part["mi_estimate"]
-        if name == "floor" and "floor_exact" in t:        # the same identity splits the floor: copies vs the rest
-            ex = np.asarray(t["floor_exact"], bool)
+        if name == "floor" and "floor_exact" in t:        # the same identity splits the floor: copies vs the rest,
+            ex = np.asarray(t["floor_exact"], bool)      # each part beside its own permutation null (its rows only)
+            out[name]["exact_per_prompt"] = [int(ex[j * K:(j + 1) * K].sum()) for j in range(N)]
             for part, sel in (("exact", ex), ("rest", ~ex)):
                 out[name][f"{part}_rows"] = int(sel.sum())
-                out[name][f"{part}_part_mi_estimate"] = (mm.collapse_metrics(
-                    L_tok[r[sel]], L_seq[r[sel]], [int(c) for c in np.asarray(cols)[sel]], lengths=lengths[r[sel]])["mi_estimate"]
-                    if sel.any() else math.nan)
+                if not sel.any():
+                    out[name][f"{part}_part_mi_estimate"] = out[name][f"{part}_part_null_mean"] = math.nan
+                    continue
+                pargs = (L_tok[r[sel]], L_seq[r[sel]], [int(c) for c in np.asarray(cols)[sel]])
+                out[name][f"{part}_part_mi_estimate"] = mm.collapse_metrics(*pargs, lengths=lengths[r[sel]])[
+                    "mi_estimate"]
+                out[name][f"{part}_part_null_mean"] = mm.permutation_null(
+                    *pargs, None, n_perm, np.random.default_rng(seed), lengths=lengths[r[sel]])["mi_estimate_null_mean"]
     return out
 
 
 def compliance(tok, floor: list) -> dict:
     """How templated the floor really is: the fraction of its reasonings that contain the template sentence, and
-    the fraction that are exactly it (those rows are one text under every prompt: the fixed batch's exact 0)."""
+    the fraction that are exactly it (one text, but spread unevenly over the prompts, so unlike the fixed batch
+    their MI-Est is not their null's: `score_batches` reports each part beside its own null)."""
     texts = [tok.decode(z).strip() for z in floor]
     return {"contains": float(np.mean([TEMPLATE_SENTENCE.lower() in t.lower() for t in texts])),
             "exact": float(np.mean([t == TEMPLATE_SENTENCE for t in texts]))}
@@ -244,6 +253,7 @@ def summary_rows(result: dict) -> list:
                 v = np.array([s[name][key] for s in per_seed], float)
                 row[key] = float(np.nanmean(v)) if np.isfinite(v).any() else math.nan
                 row[key + "_std"] = float(np.nanstd(v, ddof=1)) if np.isfinite(v).sum() > 1 else math.nan
+                row[key + "_max"] = float(np.nanmax(v)) if np.isfinite(v).any() else math.nan
             rows.append(row)
     return rows
 
@@ -256,14 +266,14 @@ def _fmt(v, s, nd=3):
 
 def table(result: dict) -> str:
     """The Markdown table of the results page (mean ± std over seeds when there are several)."""
-    head = ("| scorer | batch | I(X;Z) by construction | MI-Est (nats/token) | its null mean | null z | null p | "
+    head = ("| scorer | batch | I(X;Z) by construction | MI-Est (nats/token) | its null mean | null z | null p (largest) | "
             "MI-Seq-Est (nats) | retrieval acc. (chance) | Ĥ(Z\\|X) (nats/token) |\n|" + "---|" * 10)
     lines = [head]
     for r in summary_rows(result):
         lines.append(f"| {r['scorer']} | {r['batch']} | {r['truth']} | {_fmt(r['mi_estimate'], r['mi_estimate_std'])}"
                      f" | {_fmt(r['mi_estimate_null_mean'], r['mi_estimate_null_mean_std'])}"
                      f" | {_fmt(r['mi_estimate_null_z'], r['mi_estimate_null_z_std'], 1)}"
-                     f" | {_fmt(r['mi_estimate_null_p'], None)}"
+                     f" | {_fmt(r['mi_estimate_null_p_max'], None)}"
                      f" | {_fmt(r['mi_seq_estimate'], r['mi_seq_estimate_std'])}"
                      f" | {_fmt(r['retrieval_accuracy'], r['retrieval_accuracy_std'])} "
                      f"({r['retrieval_chance_level']:.3f}) | "
@@ -345,7 +355,8 @@ def main(argv=None) -> None:
     ap.add_argument("--policy", default="", help="a run directory with checkpoints: also score with its policy")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                     help="calibration seeds (the committed run: 0 1 2)")
-    ap.add_argument("--prompts", type=int, default=8, help="N prompts (distinct Bandit arm pairs, at most 11)")
+    ap.add_argument("--prompts", type=int, default=8, help="N prompts (distinct Bandit arm pairs, at most 8: "
+                    "12 pairs minus x0 and the floor's 3 demonstrations)")
     ap.add_argument("--k", type=int, default=8, help="reasonings per prompt (K; alpha x K must be an integer)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--n-perm", type=int, default=200)

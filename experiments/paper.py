@@ -188,19 +188,22 @@ MT, MT_FROZEN = "mi_trajectory/retrieval_accuracy", "mi_trajectory_frozen/retrie
 PAGES["multiturn"] = dict(
     columns=[f"{MI}@first", MI, f"{MI}_null_mean", f"{MI_FROZEN}@first", MI_FROZEN,
              "mi_first_turn/retrieval_accuracy", f"{MT}@first", MT, f"{MT}_null_mean", MT_FROZEN,
-             "mi_first_turn/conditional_entropy_est", "train/entropy@first", "train/entropy",
+             "mi_first_turn/conditional_entropy_est", "train/token_entropy@first", "train/token_entropy",
              "rollout/format_ok_rate", "rollout/valid_turn_rate", "rollout/turns", "rollout/success_by_turn1",
              "rollout/success", "val/success_by_turn1", "val/turns", "filter/kept_frac@mean",
              "filter/zero_rv_count@mean", "time/step@mean"],
     pairs=PAGES["classroom"]["pairs"],
     figure=["val/success", "rollout/success", "rollout/valid_turn_rate", "rollout/turns", MI, f"{MI}_null_mean",
-            MI_FROZEN, MT, "train/entropy", "filter/zero_rv_count", "filter/kept_frac", "time/step"])
+            MI_FROZEN, MT, "train/token_entropy", "filter/zero_rv_count", "filter/kept_frac", "time/step"])
 PAGES["slip_boundary"] = dict(
     columns=PAGES["multiturn"]["columns"],
     pairs=[(f"slip{s}-filter", f"slip{s}-nofilter") for s in (0.0, 0.2, 0.5)],
-    figure=["val/success", "rollout/success", "filter/rv_mean", "filter/zero_rv_count", MI, "train/entropy"])
-PAGES["regime_search"] = dict(columns=PAGES["classroom"]["columns"], pairs=[],
-                              figure=PAGES["classroom"]["figure"])
+    figure=["val/success", "rollout/success", "filter/rv_mean", "filter/zero_rv_count", MI, "train/token_entropy"])
+# train/entropy is the entropy bonus in the loss aggregation's units (nats per sequence under Dr.GRPO's
+# seq-mean-token-sum), so pages whose runs use Dr.GRPO show train/token_entropy (nats/token) instead.
+TOKEN_ENTROPY = lambda keys: [k.replace("train/entropy", "train/token_entropy") for k in keys]   # noqa: E731
+PAGES["regime_search"] = dict(columns=TOKEN_ENTROPY(PAGES["classroom"]["columns"]), pairs=[],
+                              figure=TOKEN_ENTROPY(PAGES["classroom"]["figure"]))
 PAGES["dilution_control"] = dict(          # the cpu / paper scales log neither the null nor the frozen scorer
     columns=[MI, "mi_first_turn/retrieval_accuracy", "train/entropy@first", "train/entropy", "rollout/format_ok_rate",
              "filter/kept_frac@mean", "filter/zero_rv_count@mean", "time/step@mean"],

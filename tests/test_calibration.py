@@ -120,6 +120,8 @@ def test_guaranteed_orderings_on_the_tiny_model(scored, tiny):
         assert m["mi_estimate"] <= (1 - a) * m["own_part_mi_estimate"] + 1e-12  # the mixing lemma on the estimator
     f = cal.score_batches(tiny[0], {**t, "floor_exact": [i % 3 == 0 for i in range(N * K)]}, n_perm=5)["floor"]
     n_ex = f["exact_rows"]                                         # the floor split: copies vs the rest, exactly
+    assert sum(f["exact_per_prompt"]) == n_ex and len(f["exact_per_prompt"]) == N
+    assert all(math.isfinite(f[f"{part}_part_null_mean"]) for part in ("exact", "rest"))
     assert n_ex == len(range(0, N * K, 3)) and f["rest_rows"] == N * K - n_ex
     assert f["mi_estimate"] == pytest.approx((n_ex * f["exact_part_mi_estimate"] + f["rest_rows"] *
                                               f["rest_part_mi_estimate"]) / (N * K), abs=1e-12)
@@ -130,7 +132,7 @@ def test_guaranteed_orderings_on_the_tiny_model(scored, tiny):
 
 def test_outputs_table_and_regime_points(scored, tmp_path):
     t, res = scored
-    result = {"scores": {"frozen": [res, res]}, "floor_compliance": [0.0, 0.0]}
+    result = {"scores": {"frozen": [res, res]}, "floor_compliance": [{"contains": 0.0, "exact": 0.0}] * 2}
     paths = cal.write_outputs(result, tmp_path / "c.json")
     assert all(p.exists() for p in paths) and paths[2].stat().st_size > 1000
     back = json.loads(paths[0].read_text())

@@ -87,3 +87,20 @@ def test_bad_evaluations_are_refused_before_loading(argv, match, tmp_path, monke
         with pytest.raises(config.UsageError, match=match):
             evaluate.plan(argv)
     assert not list(tmp_path.iterdir())                                               # nothing written
+
+
+def test_a_runs_default_evaluation_uses_its_validation_env_options(tmp_path):
+    """`evaluate.py RUN` without --env-options evaluates the run's validation envs (--val-env-options merged over
+    --env-options, e.g. the Bandit's test split); an explicit --env-options replaces both."""
+    import dataclasses
+    args, _ = config.resolve(["--model", "tiny", "--env", "bandit", "--env-options", '{"payout": "deterministic"}',
+                              "--val-env-options", '{"split": "test"}'])
+    run = tmp_path / "run"
+    (run / "checkpoints" / "last").mkdir(parents=True)
+    (run / "checkpoints" / "last" / "rank0.pt").write_bytes(b"")         # plan() only checks that it exists
+    (run / "config.json").write_text(json.dumps({"flags": dataclasses.asdict(args), "env": {}}))
+    o, a, seeds, kind, out = evaluate.plan([str(run)])
+    assert kind == "run" and json.loads(a.env_options) == {"payout": "deterministic", "split": "test"}
+    assert seeds == list(range(a.val_seed, a.val_seed + a.val_envs))
+    o, a, *_ = evaluate.plan([str(run), "--env-options", '{"payout": "bernoulli"}'])
+    assert json.loads(a.env_options) == {"payout": "bernoulli"}

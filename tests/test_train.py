@@ -45,6 +45,9 @@ def test_algo_bundles_and_explicit_flags_win():
     (["--filter-level", "trajectory", "--group-size", "4", "--filter-traj-k", "3"], "--filter-traj-k"),
     (["--env-options", "{bad json"], "--env-options"),
     (["--env", "sokoban", "--env-options", '{"num_boxes": 99}'], "num_boxes"),
+    (["--env", "bandit", "--val-env-options", "[1]"], "--val-env-options"),
+    (["--env", "bandit", "--val-env-options", '{"split": "tset"}'], "--val-env-options"),
+    (["--env", "frozenlake", "--max-turns", "3", "--val-env-options", '{"max_turns": 5}'], "--val-env-options"),
     (["--mini-batch", "2", "--micro-batch", "4"], "--mini-batch"),
     (["--no-think"], "--mi-every"),
     (["--trackers", "tensorbord"], "--trackers"),                  # a typo: one line, not accelerate's traceback
@@ -55,6 +58,23 @@ def test_bad_input_is_rejected_before_compute(argv, flag):
         config.resolve(argv)
     if e.type is ValueError:
         assert flag in str(e.value)
+
+
+def test_validation_envs_take_val_env_options_over_env_options(monkeypatch):
+    """--val-env-options reaches the validation rollout only, merged over --env-options (Bandit: the test split's
+    arm pairs, never trained on)."""
+    args, _ = config.resolve(["--model", "tiny", "--env", "bandit", "--env-options", '{"payout": "deterministic"}',
+                              "--val-env-options", '{"split": "test"}', "--val-envs", "2"])
+    rcfg, seen = train.rollout_config(args), []
+    monkeypatch.setattr(train.rollout, "rollout", lambda model, tok, cfg, seeds, g, **kw: seen.append(cfg) or [])
+    assert train.evaluate(None, None, args, rcfg, train.Dist(OneProcess())) == {}
+    assert seen[0].env_options == {"payout": "deterministic", "split": "test"}
+    assert rcfg.env_options == {"payout": "deterministic"}                         # training keeps its options
+    import envs
+    env = envs.make_env("bandit", **seen[0].env_options)
+    env.reset(123)
+    import tasks
+    assert {env.low, env.high}.isdisjoint({a for pair in tasks.ARM_PAIRS["train"] for a in pair})
 
 
 def test_resume_with_a_different_config_is_an_error(tmp_path):
@@ -140,6 +160,39 @@ def test_update_raises_logprob_of_rewarded_action(algo):
     after = seq_logp(model, tok, trajs)
     assert m["train/optimizer_steps"] == 2
     assert (after - before)[0] > 0 and (after - before)[1] < 0      # rewarded action up, the other down
+
+
+@pytest.mark.parametrize("algo, agg", [("grpo", "seq-mean-token-mean"), ("drgrpo", "seq-mean-token-sum")])
+def test_token_entropy_is_nats_per_token_whatever_the_aggregation(algo, agg):
+    """train/token_entropy = sum of token entropies / number of loss tokens; train/entropy is the bonus H in the
+    aggregation's units (per-sequence sums under Dr.GRPO), so the two differ when sequences differ in length."""
+    model, tok = policy.load("tiny", seed=0)
+    args, _ = config.resolve(["--model", "tiny", "--algo", algo, "--groups", "1", "--group-size", "4",
+                              "--lr", "1e-9", "--mini-batch", "2", "--micro-batch", "1", "--ppo-epochs", "2",
+                              "--filter", "none", "--temperature", "0.02", "--no-bf16"])   # T: entropies differ
+    assert args.loss_agg == agg
+    trajs, R = scripted_batch(tok, [[(" Left", 1.0), (" Right now please", 0.0), (" Left Left", 1.0),
+                                     (" Right", 0.0)]])
+    b = rollout.to_tensors(trajs, tok.pad_token_id)
+    with torch.no_grad():
+        _, ent = policy.token_logprobs(model, b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True,
+                                       temperature=0.02)
+    m = b["loss_mask"].double()
+    per_token = float((ent.double() * m).sum() / m.sum())
+    per_seq = (ent.double() * m).sum(1)                                  # (4,) nats per sequence
+    expected_h = float(per_seq.mean()) if agg == "seq-mean-token-sum" else float((per_seq / m.sum(1)).mean())
+    tok_mean_of_seq_means = float((per_seq / m.sum(1)).mean())
+    assert abs(per_token - tok_mean_of_seq_means) > 1e-3 * per_token     # the test can tell the two means apart
+    import filter as rvfilter
+    fres = rvfilter.apply_filter(R, config.filter_config(args))
+    dist = train.Dist(OneProcess())
+    batch = upd.prepare_batch(trajs, R, torch.zeros(1, dtype=torch.long), fres, model, None, None, tok, args, dist)
+    out = upd.update(model, None, torch.optim.AdamW(model.parameters(), lr=0.0), None, batch, args, dist)
+    assert out["train/optimizer_steps"] == 4                             # 2 mini-batches x 2 epochs, lr 0
+    assert out["train/token_entropy"] == pytest.approx(per_token, rel=1e-5)
+    assert out["train/entropy"] == pytest.approx(expected_h, rel=1e-5)
+    if agg == "seq-mean-token-sum":                  # nats per sequence: the units really differ (the tiny random
+        assert out["train/entropy"] > 1.5 * out["train/token_entropy"]   # model is ~uniform, so only here)
 
 
 # -------------------------------------------------------------------------------------------- whole-run checks
