@@ -182,7 +182,9 @@ def test_committed_smollm2_numbers_keep_the_guaranteed_orderings():
                 assert m["mi_estimate"] == pytest.approx((1 - a) * m["own_part_mi_estimate"]
                                                          + a * m["template_part_mi_estimate"], abs=1e-9)
             f = res["floor"]                                          # the floor's split: copies + the rest
-            assert f["exact_rows"] + f["rest_rows"] == f["n_rows"]
+            assert f["exact_rows"] + f["rest_rows"] == f["n_rows"] == sum(f["exact_per_prompt"]) + f["rest_rows"]
+            assert f["exact_part_mi_estimate"] == pytest.approx(f["exact_part_null_mean"], abs=1e-6)  # one text:
+            #                                   every shuffle of its labels scores the same, however uneven the spread
             assert f["mi_estimate"] == pytest.approx((f["exact_rows"] * f["exact_part_mi_estimate"] + f["rest_rows"]
                                                       * f["rest_part_mi_estimate"]) / f["n_rows"], abs=1e-9)
     assert result["precision"] == "fp32" and result["seeds"] == [0, 1, 2]

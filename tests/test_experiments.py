@@ -85,6 +85,7 @@ def test_multiturn_and_slip_boundary_defaults_and_dry_run(capsys, tmp_path):
     a = resolved(paper.runs("multiturn", "multiturn", [1], [], "x", ["--model", w])[0][1])
     assert (a.algo, a.max_new_tokens, a.groups, a.group_size, a.val_envs, a.mi_families, a.prompt_budgets) == (
         "drgrpo", 48, 4, 8, 64, "first_turn,trajectory", "rollout")
+    assert (a.steps, a.mi_every, a.eval_every) == (16, 4, 8)      # MI at steps 0, 3, 7, 11, 15; val at 7, 15
     with pytest.raises(SystemExit):
         paper.main(["multiturn", "--scale", "cpu", "--dry-run"])      # a Bandit scale for a FrozenLake protocol
 
