@@ -247,29 +247,33 @@ def test_runlog_cli_help_and_bad_directory(tmp_path):
     assert out.returncode == 0 and "val/success" in out.stdout and "0.25" in out.stdout
 
 
-def test_multiturn_page_rebuilds_byte_identically(tmp_path, monkeypatch):
+@pytest.mark.parametrize("page, data, intro", [("MULTITURN", "multiturn", "multiturn.md"),
+                                               ("REGIME", "regime", "regime_search.md")])
+def test_multiturn_and_regime_pages_rebuild_byte_identically(tmp_path, monkeypatch, page, data, intro):
     """experiments/MULTITURN.md (the multi-turn page: built from experiments/multiturn/, the pilot until the
-    protocol has run) is rewritten byte for byte by the command printed on it, figures included."""
+    protocol has run) and experiments/REGIME.md (the regime search) are rewritten byte for byte by the command
+    printed on them, figures included."""
     import re
     import shlex
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
-    path = root / "experiments" / "MULTITURN.md"
+    path = root / "experiments" / f"{page}.md"
     if not path.exists():
-        pytest.skip("no multi-turn page committed")
+        pytest.skip(f"no {page} page committed")
     cmd = re.search(r"Regenerate this page \(no training\): `python report\.py ([^`]*)`", path.read_text())
     assert cmd, "the page prints the command that rebuilds it"
     (tmp_path / "experiments").mkdir()
-    (tmp_path / "experiments" / "multiturn").symlink_to(root / "experiments" / "multiturn")
-    (tmp_path / "experiments" / "multiturn.md").write_text((root / "experiments" / "multiturn.md").read_text())
+    (tmp_path / "experiments" / data).symlink_to(root / "experiments" / data)
+    (tmp_path / "experiments" / intro).write_text((root / "experiments" / intro).read_text())
+    if (root / "experiments" / "calibration.json").exists():          # the regime map's calibration points
+        (tmp_path / "experiments" / "calibration.json").symlink_to(root / "experiments" / "calibration.json")
     monkeypatch.chdir(tmp_path)
     args = shlex.split(cmd.group(1))
-    pattern = args[0]
-    assert pattern.endswith("*")
-    runs = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob(pattern))
-    assert runs, pattern
-    report.main(runs + args[1:])
-    assert (tmp_path / "experiments" / "MULTITURN.md").read_bytes() == path.read_bytes()
-    for fig in ("MULTITURN.png", "MULTITURN_regime.png"):
+    first_flag = next(i for i, a in enumerate(args) if a.startswith("--"))
+    runs = sorted({str(q.relative_to(tmp_path)) for a in args[:first_flag] for q in tmp_path.glob(a)})
+    assert runs, args[:first_flag]
+    report.main(runs + args[first_flag:])
+    assert (tmp_path / "experiments" / f"{page}.md").read_bytes() == path.read_bytes()
+    for fig in (f"{page}.png", f"{page}_regime.png"):
         if (root / "experiments" / fig).exists():
             assert (tmp_path / "experiments" / fig).read_bytes() == (root / "experiments" / fig).read_bytes(), fig
