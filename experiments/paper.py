@@ -402,8 +402,9 @@ def report_flags(experiment: str, page: str, intro: bool = True) -> list[str]:
     flags = ["--arm-by", EXPERIMENTS[experiment][2], "--page", page]
     spec = PAGES.get(experiment)
     if spec:
-        flags += ["--columns", ",".join(spec["columns"]), "--figure-keys", ",".join(spec["figure"]),
-                  "--pairs", ",".join(f"{experiment}-{a}:{experiment}-{b}" for a, b in spec["pairs"])]
+        flags += ["--columns", ",".join(spec["columns"]), "--figure-keys", ",".join(spec["figure"])]
+        if spec["pairs"]:                    # (an empty --pairs '' would print a command that does not rerun)
+            flags += ["--pairs", ",".join(f"{experiment}-{a}:{experiment}-{b}" for a, b in spec["pairs"])]
     else:
         flags += ["--spearman", "mi_first_turn/mi_zscore_ema"]
     if experiment in ("classroom", "regime_search") and CALIBRATION.exists():   # its batches on the regime map
