@@ -363,44 +363,35 @@ def validate(a: Args) -> None:
         bad("max_new_tokens", f"must be >= 1, got {a.max_new_tokens}")
     if a.max_context <= a.max_new_tokens:
         bad("max_context", f"need max_context > max_new_tokens >= 1, got {a.max_context}, {a.max_new_tokens}")
-    try:
-        opts = json.loads(a.env_options)
-    except json.JSONDecodeError as e:
-        bad("env_options", f"not valid JSON ({e})")
-    if not isinstance(opts, dict):
-        bad("env_options", "must be a JSON object, e.g. '{\"slip\": 0.02}'")
+    def json_object(name: str, example: str) -> dict:
+        try:
+            v = json.loads(getattr(a, name))
+        except json.JSONDecodeError as e:
+            bad(name, f"not valid JSON ({e})")
+        if not isinstance(v, dict):
+            bad(name, f"must be a JSON object, e.g. '{example}'")
+        return v
+    opts = json_object("env_options", '{"slip": 0.02}')
     try:
         envs.env_class(a.env)
     except ValueError as e:   # unknown name, a user module that does not import, no such class
         bad("env", str(e))
-    try:
-        envs.make_env(a.env, **opts)
-    except ValueError as e:   # names the bad option
-        bad("env_options", str(e))
-    try:
-        vopts = json.loads(a.val_env_options)
-    except json.JSONDecodeError as e:
-        bad("val_env_options", f"not valid JSON ({e})")
-    if not isinstance(vopts, dict):
-        bad("val_env_options", "must be a JSON object, e.g. '{\"split\": \"test\"}'")
-    try:
-        envs.make_env(a.env, **{**opts, **vopts})
-    except ValueError as e:
-        bad("val_env_options", str(e))
+    vopts = json_object("val_env_options", '{"split": "test"}')
     import rollout
-    try:                      # the options the env is really built with (the budgets the prompt states)
-        rollout.stated_env_options(rollout.RolloutConfig(env=a.env, env_options=opts, max_turns=a.max_turns or None,
-                                                         max_new_tokens=a.max_new_tokens, max_context=a.max_context,
-                                                         prompt_budgets=a.prompt_budgets))
-    except ValueError as e:   # --max-turns against an explicit max_turns option
-        bad("max_turns", f"{e}; give one of them")
-    try:                      # the same for the validation envs
-        rollout.stated_env_options(rollout.RolloutConfig(env=a.env, env_options={**opts, **vopts},
-                                                         max_turns=a.max_turns or None,
-                                                         max_new_tokens=a.max_new_tokens, max_context=a.max_context,
-                                                         prompt_budgets=a.prompt_budgets))
-    except ValueError as e:
-        bad("val_env_options", f"{e}; give one of them")
+    # training envs, then validation envs (--val-env-options merged over them): each must build, and the options
+    # it is really built with (the budgets the prompt states) must not contradict --max-turns
+    for name, o, turns_flag in (("env_options", opts, "max_turns"), ("val_env_options", {**opts, **vopts},
+                                                                     "val_env_options")):
+        try:
+            envs.make_env(a.env, **o)
+        except ValueError as e:   # names the bad option
+            bad(name, str(e))
+        try:
+            rollout.stated_env_options(rollout.RolloutConfig(env=a.env, env_options=o, max_turns=a.max_turns or None,
+                                                             max_new_tokens=a.max_new_tokens,
+                                                             max_context=a.max_context, prompt_budgets=a.prompt_budgets))
+        except ValueError as e:   # --max-turns against an explicit max_turns option
+            bad(turns_flag, f"{e}; give one of them")
     fams = [f for f in a.mi_families.split(",") if f]
     if any(f not in ("first_turn", "trajectory") for f in fams):
         bad("mi_families", f"entries must be first_turn or trajectory, got {a.mi_families!r}")
