@@ -8,6 +8,7 @@ RV-quartile training, the dilution control the referee's question calls for), as
     python experiments/paper.py quartiles --seeds 0 1 2       # run them one after another, then summarise
     python experiments/paper.py top_p_sweep --scale paper --model Qwen/Qwen2.5-3B   # the paper's scale (GPU)
     python experiments/paper.py classroom --seeds 0 1 2       # template collapse vs filtering on SmolLM2, ~90 min
+    python experiments/paper.py protocol                      # the same at the regime search's setting, 5 seeds
     python experiments/paper.py calibration                   # the MI proxy on batches of known I(X;Z), minutes
     python experiments/paper.py multiturn --seeds 0 1 2       # the same on multi-turn FrozenLake (MULTITURN.md)
     python experiments/paper.py slip_boundary --seeds 0 1     # filter vs none at slip 0 / 0.2 / 0.5 (SLIP.md)
@@ -103,6 +104,11 @@ EXPERIMENTS = {
                        "ppo": [*NOFILTER, "--algo", "ppo", "--lr", "5e-6", "--critic-lr", "1e-5",
                                "--entropy-coef", "0.01"],
                        "grpo-T1": [*NOFILTER, "--temperature", "1.0"]}, "name"),
+    "protocol": ("the single-turn protocol that can decide (experiments/PROTOCOL.md): the regime search's setting "
+                 "(Dr.GRPO, lr 5e-6, entropy 0.01), top-p 0.9 vs no filter vs the dilution control, 5 seeds, "
+                 "validated on 64 episodes of the Bandit's test arm pairs",
+                 {"filter": FILTER, "nofilter": NOFILTER,
+                  "nofilter-diluted": [*NOFILTER, "--entropy-coef", "@diluted"]}, "name"),
     "kl_sweep": ("KL-coefficient sweep without filtering (v1 App. L, review App. M)",
                  {f"kl{c}": [*NOFILTER, "--kl-coef", str(c), "--kl-kind", "k1", "--entropy-coef", "0"]
                   for c in (0, 0.001, 0.01, 0.1)}, "kl_coef"),
@@ -161,13 +167,15 @@ SCALES = {
 # --max-new-tokens are the scale's). The untrained SmolLM2 writes no valid FrozenLake move (experiments/multiturn.md).
 WARM = {"multiturn": ["--model", "smollm2-135m", "--episodes", "64", "--epochs", "2", "--lr", "1e-4"],
         "smoke-multiturn": ["--model", "tiny", "--episodes", "4", "--epochs", "1"]}
-DEFAULT_SCALE = {"classroom": "classroom", "regime_search": "classroom", "multiturn": "multiturn",
+DEFAULT_SCALE = {"classroom": "classroom", "regime_search": "classroom", "protocol": "protocol", "multiturn": "multiturn",
                  "slip_boundary": "multiturn"}
+DEFAULT_SEEDS = {"protocol": [0, 1, 2, 3, 4]}   # 3 seeds leave a minimum detectable difference of ~1.0 success
 PILOT = ["--steps", "24", "--eval-every", "4", "--mi-every", "2"]   # regime_search: longer, coarser evaluation
 SMOKE_SCALE = {"multiturn": "smoke-multiturn", "slip_boundary": "smoke-multiturn"}   # what --scale smoke means
 # (out-dir, page) of an experiment run at its own scale; otherwise runs/ and <out-dir>/<experiment>.md
 HOME = {"classroom": ("experiments/classroom", "experiments/RESULTS.md"),
         "regime_search": ("experiments/regime", "experiments/REGIME.md"),
+        "protocol": ("experiments/protocol", "experiments/PROTOCOL.md"),
         "multiturn": ("experiments/multiturn", "experiments/MULTITURN.md"),
         "slip_boundary": ("experiments/multiturn", "experiments/SLIP.md")}
 AGNOSTIC = "agnostic.json"                    # <out-dir>/agnostic.json: the input-agnostic ceiling of the val maps
@@ -204,6 +212,8 @@ PAGES["slip_boundary"] = dict(
 TOKEN_ENTROPY = lambda keys: [k.replace("train/entropy", "train/token_entropy") for k in keys]   # noqa: E731
 PAGES["regime_search"] = dict(columns=TOKEN_ENTROPY(PAGES["classroom"]["columns"]), pairs=[],
                               figure=TOKEN_ENTROPY(PAGES["classroom"]["figure"]))
+PAGES["protocol"] = dict(columns=PAGES["regime_search"]["columns"], pairs=PAGES["classroom"]["pairs"],
+                         figure=PAGES["regime_search"]["figure"])
 PAGES["dilution_control"] = dict(          # the cpu / paper scales log neither the null nor the frozen scorer
     columns=[MI, "mi_first_turn/retrieval_accuracy", "train/entropy@first", "train/entropy", "rollout/format_ok_rate",
              "filter/kept_frac@mean", "filter/zero_rv_count@mean", "time/step@mean"],
@@ -245,6 +255,21 @@ def drop_flag(argv: list[str], flag: str) -> list[str]:
         elif not a.startswith(flag + "="):
             out.append(a)
     return out
+
+
+def override(base: list[str], flags: list[str]) -> list[str]:
+    """base with every `--flag value` pair of flags replacing base's own (one value per flag in the command)."""
+    for flag in flags[::2]:
+        base = drop_flag(base, flag)
+    return [*base, *flags]
+
+
+# The protocol that can decide (experiments/protocol.md says why): the classroom scale at the regime search's
+# Dr.GRPO pilot (the setting that learnt the format and left groups with RV 0 for the filter to act on), 24 steps,
+# validation on the test split (arm pairs never trained on), MI and validation less often than the pilot's 2 / 4.
+SCALES["protocol"] = override(SCALES["classroom"], ["--algo", "drgrpo", "--lr", "5e-6", "--entropy-coef", "0.01",
+                                                       "--steps", "24", "--eval-every", "8", "--mi-every", "4", "--val-envs", "64",
+                                                       "--val-env-options", '{"split": "test"}'])
 
 
 def runs(name: str, scale: str, seeds: list[int], extra: list[str], out_dir: str,
@@ -341,7 +366,8 @@ def main(argv=None) -> None:
     ap.add_argument("experiment", choices=["list", "calibration", *EXPERIMENTS])
     ap.add_argument("--scale", choices=list(SCALES), default=None,
                     help="classroom for the classroom experiment, cpu for the others (default)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seeds", type=int, nargs="+", default=None,
+                    help="default 0 1 2 (the referee's minimum); 0 1 2 3 4 for protocol")
     ap.add_argument("--out-dir", default="", help="where the runs go (default: experiments/classroom for the "
                     "classroom protocol at its own scale, runs/ otherwise)")
     ap.add_argument("--page", default="", help="the Markdown page written at the end (default: experiments/RESULTS.md "
@@ -359,6 +385,7 @@ def main(argv=None) -> None:
               "(experiments/calibration.py, no training)")
         return
     args.scale = args.scale or DEFAULT_SCALE.get(args.experiment, "cpu")
+    args.seeds = args.seeds if args.seeds is not None else DEFAULT_SEEDS.get(args.experiment, [0, 1, 2])
     if args.scale == "smoke":
         args.scale = SMOKE_SCALE.get(args.experiment, "smoke")
     if args.experiment in SMOKE_SCALE and args.scale not in SMOKE_SCALE.values() and args.scale != "multiturn":
@@ -407,7 +434,7 @@ def report_flags(experiment: str, page: str, intro: bool = True) -> list[str]:
             flags += ["--pairs", ",".join(f"{experiment}-{a}:{experiment}-{b}" for a, b in spec["pairs"])]
     else:
         flags += ["--spearman", "mi_first_turn/mi_zscore_ema"]
-    if experiment in ("classroom", "regime_search") and CALIBRATION.exists():   # its batches on the regime map
+    if experiment in ("classroom", "regime_search", "protocol") and CALIBRATION.exists():   # its batches on the regime map
         flags += ["--calibration", str(CALIBRATION.relative_to(ROOT))]
     elif experiment in ("multiturn", "slip_boundary"):                   # the calibration batches are the Bandit's
         flags += ["--regime-map"]

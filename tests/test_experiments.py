@@ -49,6 +49,27 @@ def test_classroom_defaults_and_dry_run(capsys):
         "bandit", {"payout": "deterministic"}, "smollm2-135m", "both", "top_p")
 
 
+def test_protocol_setting_seeds_and_one_value_per_flag(capsys):
+    """`protocol` is the classroom scale at the regime search's Dr.GRPO pilot: 5 seeds by default, each flag once
+    in the command (the override replaces the classroom value, it does not shadow it), validation on the test split,
+    and the dilution arm's base is the protocol's entropy coefficient (0.01), not the classroom's (0.001)."""
+    paper.main(["protocol", "--dry-run"])
+    out = capsys.readouterr().out
+    assert out.count("train.py") == 15 and "--page experiments/PROTOCOL.md" in out
+    assert "--out-dir experiments/protocol" in out and "--calibration experiments/calibration.json" in out
+    todo = dict(paper.runs("protocol", "protocol", [4], [], "x"))
+    argv = todo["protocol-nofilter-s4"]
+    flags = [a for a in argv if a.startswith("--")]
+    assert len(flags) == len(set(flags)), "a flag given twice"
+    a = resolved(argv)
+    assert (a.algo, a.lr, a.entropy_coef, a.steps, a.val_envs, json.loads(a.val_env_options), a.filter) == (
+        "drgrpo", 5e-6, 0.01, 24, 64, {"split": "test"}, "none")
+    assert (a.mi_every, a.eval_every, a.group_size, a.temperature) == (4, 8, 8, 0.7)   # the rest: classroom's
+    assert resolved(todo["protocol-filter-s4"]).filter == "top_p"
+    assert paper.entropy_base("protocol", []) == 0.01
+    assert paper.override(["--a", "1", "--b", "2"], ["--a", "3"]) == ["--b", "2", "--a", "3"]
+
+
 @pytest.mark.slow
 def test_classroom_protocol_smoke_runs_resumes_and_writes_the_page(tmp_path, capfd):
     out, page = tmp_path / "runs", tmp_path / "RESULTS.md"
