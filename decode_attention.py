@@ -1,13 +1,17 @@
-"""Decode attention for the bf16 sampling copy: one query token per row as two grouped matmuls instead of SDPA.
+"""Attention of the bf16 sampling copy: decode steps as two grouped matmuls, masked prefills as SDPA with GQA.
 
-What it implements: softmax(q K^T / sqrt(d) + mask) V for a single new token per row (the decode steps of
-`sampling.generate`), with the query heads of one KV head batched as rows of one matmul, (B, KVH, G, D) @
-(B, KVH, D, T), so each K and V slot is read once per step, and the softmax in fp32. Any other call (a prompt or
-a turn's new tokens, dropout, position biases) goes to transformers' own `sdpa_attention_forward` unchanged.
+What it implements: softmax(q K^T / sqrt(d) + mask) V, two ways, instead of transformers' SDPA call:
+- a single new token per row (the decode steps of `sampling.generate`): the query heads of one KV head batched as
+  rows of one matmul, (B, KVH, G, D) @ (B, KVH, D, T), so each K and V slot is read once per step, softmax in fp32;
+- several new tokens under a padding mask (a turn's new tokens over the cached conversation, the first prompt):
+  torch's SDPA with `enable_gqa=True`, where transformers first copies K and V once per query head (`repeat_kv`:
+  it only uses torch's GQA when there is no mask). The result is the same to the bit (tested), without the copies.
+Anything else (no mask, dropout, position biases, soft-capping) goes to transformers' `sdpa_attention_forward`.
 
 Why our own (issue 21, docs/speed.md): on the CPU, PyTorch's SDPA for one query row over a ~1k-token bf16 KV
 cache (what transformers calls with its GQA packing: 3 query rows per KV head, a padding mask) reads the cache at
-a fraction of the copy bandwidth; the two matmuls run near it. Measured by `python bench/decode.py`.
+a fraction of the copy bandwidth; the two matmuls run near it. For a turn's ~100 new tokens per row over a ~1k-token
+cache, `repeat_kv` triples the K and V traffic. Measured by `python bench/decode.py`.
 It is registered as a transformers attention implementation (`AttentionInterface`, with SDPA's mask function)
 and set only on the bf16 copy that samples (`policy.bf16_copy`): the fp32 path keeps SDPA, so fp32 sampled
 log-probs still equal a recomputation exactly; in bf16 the two kernels differ by bf16 rounding (~4e-3 on an
@@ -29,9 +33,14 @@ NAME = "nanoragen_decode"
 def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                      is_causal=None, **kwargs):
     """transformers' attention-function signature; query (B, H, q, D), key / value (B, KVH, T, D); returns
-    ((B, q, H, D), None). q = 1 without dropout or position bias: grouped matmuls; anything else: SDPA."""
+    ((B, q, H, D), None). q = 1: grouped matmuls; q > 1 with a mask: SDPA with GQA; anything else: transformers'."""
     B, H, q, D = query.shape
-    if q != 1 or dropout or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None:
+    plain = not dropout and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
+    if plain and q > 1 and attention_mask is not None and key.shape[1] != H:    # masked prefill with GQA
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                               scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2).contiguous(), None
+    if q != 1 or not plain:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     KVH = key.shape[1]

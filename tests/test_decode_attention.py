@@ -44,13 +44,24 @@ def test_one_query_token_equals_an_independent_reference_and_sdpa(with_mask):
     assert not torch.allclose(ours.double(), naive(q, k, v, full, tile=True), atol=1e-3)   # the test can fail
 
 
-def test_every_other_call_is_sdpa_itself():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_several_query_tokens_give_sdpa_to_the_bit(dtype):
+    """q > 1: with a padding + causal mask, SDPA with GQA (no repeat_kv copies); without a mask, transformers'
+    own call. Either way the very numbers transformers computes."""
     g = torch.Generator().manual_seed(1)
-    q, k, v = torch.randn(2, 9, 4, 8, generator=g), torch.randn(2, 3, 4, 8, generator=g), torch.randn(2, 3, 4, 8,
-                                                                                                      generator=g)
-    ours, _ = decode_attention.decode_attention(Heads(), q, k, v, None)         # 4 query tokens: causal SDPA
-    theirs, _ = sdpa_attention_forward(Heads(), q, k, v, None)
-    assert torch.equal(ours, theirs)
+    B, Q, T = 3, 5, 12
+    q, k, v = (torch.randn(B, n, t, 8, generator=g).to(dtype) for n, t in ((9, Q), (3, T), (3, T)))
+    mask = torch.tril(torch.ones(Q, T, dtype=torch.bool), diagonal=T - Q)[None, None].repeat(B, 1, 1, 1)
+    mask[1, ..., :4] = False                                             # a left-padded row
+    for m in (mask, None):
+        ours, _ = decode_attention.decode_attention(Heads(), q, k[:, :, -Q:] if m is None else k,
+                                                    v[:, :, -Q:] if m is None else v, m)
+        theirs, _ = sdpa_attention_forward(Heads(), q, k[:, :, -Q:] if m is None else k,
+                                           v[:, :, -Q:] if m is None else v, m)
+        assert ours.shape == (B, Q, 9, 8) and torch.equal(ours, theirs)
+    masked, _ = decode_attention.decode_attention(Heads(), q, k, v, mask)
+    ref = naive(q.float(), k.float(), v.float(), mask)                  # and both are the attention asked for
+    assert torch.allclose(masked.double(), ref, atol=1e-5 if dtype == torch.float32 else 3e-2)
 
 
 def test_installed_on_the_bf16_copy_only_and_its_logits_match_sdpa():
@@ -83,8 +94,12 @@ def test_bench_runs_and_reports_both_kernels(capsys):
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import decode as bench
-    bench.main(["--model", "tiny", "--rows", "2", "--ctx", "16", "--threads", "1", "--steps", "2", "--reps", "1"])
+    bench.main(["--model", "tiny", "--rows", "2", "--ctx", "16", "--threads", "1", "--steps", "2", "--reps", "1",
+                "--prefill", "4"])
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.startswith("| op, float32 |"))
-    assert float(row.rstrip(" |").split("|")[-1]) < 1e-5                  # the two kernels agree in fp32
+
+    def err(label):
+        return float(next(ln for ln in out.splitlines() if ln.startswith(label)).rstrip(" |").split("|")[-1])
+    assert err("| decode op, float32 |") < 1e-5                           # the two kernels agree in fp32
+    assert err("| prefill op, 4 new tokens, float32 |") == 0.0            # and the prefill is the same SDPA
     assert ("| decode step, bf16 copy |" in out) == policy.bf16_supported("cpu")
