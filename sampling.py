@@ -13,7 +13,8 @@ happens (docs/speed.md has the numbers):
   cache (transformers keeps a finished row computing padding until the last row stops);
 - inverse-CDF sampling instead of torch.multinomial;
 - in bf16, a bf16 copy of the weights (policy.bf16_copy, refreshed when the weights change) instead of autocast,
-  so the KV cache is bf16 too (under autocast K stays fp32 and is cast on every decode step).
+  so the KV cache is bf16 too (under autocast K stays fp32 and is cast on every decode step), and its decode
+  steps attend with decode_attention.py (grouped matmuls) instead of SDPA, which reads a bf16 cache slowly.
 Samples are identical with and without the KV store and for any `drop_every` (tested).
 
 What it leaves out: paged attention / vLLM, speculative decoding, attention that reads a group's shared prompt once

@@ -119,10 +119,11 @@ def phase_prefill(model, shape, a, g):
 
 
 class ForwardClock:
-    """Forward hooks that add up the wall time of the model's forward calls (decode = one new token per row)."""
+    """Forward hooks that add up the wall time of the model's decode calls (one new token per row); the turn's
+    first forward (its new tokens, a short prefill through SDPA) is left out, as `rollout_split` counts it apart."""
 
     def __init__(self, model):
-        self.t, self.seconds, self.calls = 0.0, 0.0, 0
+        self.t, self.seconds, self.calls, self.prefill = 0.0, 0.0, 0, 0.0
         self.handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
                         model.register_forward_hook(self._post, with_kwargs=True)]
 
@@ -130,8 +131,11 @@ class ForwardClock:
         self.t = time.perf_counter()
 
     def _post(self, mod, args, kwargs, out):
-        self.seconds += time.perf_counter() - self.t
-        self.calls += 1
+        if kwargs["input_ids"].shape[1] == 1:
+            self.seconds += time.perf_counter() - self.t
+            self.calls += 1
+        else:
+            self.prefill += time.perf_counter() - self.t
 
     def remove(self):
         for h in self.handles:
@@ -187,7 +191,7 @@ def phase_decode(model, tok, shape, B, ctx, steps, g, bf16: bool = False):
             out = sampling.generate(model, tok, contexts, max_new_tokens=steps, stop=(), kv=kv, keys=range(B),
                                     drop_every=0, bf16=bf16)
             contexts = [c + ids + [1000] for c, (ids, _) in zip(contexts, out)]
-            clock.seconds, clock.calls = 0.0, 0
+            clock.seconds, clock.calls, clock.prefill = 0.0, 0, 0.0
             kv_clock.clear()
             total = _timed(lambda: sampling.generate(model, tok, contexts, max_new_tokens=steps, stop=(), kv=kv,
                                                      keys=range(B), drop_every=0, bf16=bf16))
@@ -197,7 +201,7 @@ def phase_decode(model, tok, shape, B, ctx, steps, g, bf16: bool = False):
     mean_ctx = ctx + (steps - 1) / 2
     flops = shape.linear(B, B) + shape.attn(B, mean_ctx)
     nbytes = shape.weight_bytes + shape.kv_bytes(B, int(mean_ctx))
-    other = (total - clock.seconds - sum(kv_clock.values())) / clock.calls
+    other = (total - clock.seconds - clock.prefill - sum(kv_clock.values())) / clock.calls
     return (dict(phase=f"decode, ctx {ctx}", shape=f"{B} rows, 1 token each", sec=per_step, flops=flops, bytes=nbytes),
             other, sum(kv_clock.values()), shape.kv_bytes(B, ctx) * 2)
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
+import decode_attention  # noqa: E402
 import policy  # noqa: E402
 import sampling  # noqa: E402
 import rollout  # noqa: E402
@@ -57,8 +58,12 @@ def timed_generate(stats: dict):
     return gen
 
 
-def bench_one(model, tok, env: str, bf16: bool, reuse_kv: bool, args) -> dict:
-    """One full P x G rollout; returns its timings and counts."""
+def bench_one(model, tok, env: str, bf16: bool, reuse_kv: bool, args, attention: str = "") -> dict:
+    """One full P x G rollout; returns its timings and counts. attention: the bf16 sampling copy's attention
+    implementation for this rollout ("sdpa" = transformers' own; "" = what policy.bf16_copy installs)."""
+    if bf16:
+        copy16 = policy.bf16_copy(model)
+        copy16.set_attn_implementation(attention or decode_attention.NAME)
     cfg = rollout.RolloutConfig(env=env, max_new_tokens=args.max_new_tokens, max_turns=args.max_turns or None,
                                 bf16=bf16, reuse_kv=reuse_kv)
     seeds = [args.seed + i for i in range(args.groups)]
@@ -69,7 +74,8 @@ def bench_one(model, tok, env: str, bf16: bool, reuse_kv: bool, args) -> dict:
     total = time.perf_counter() - t0
     gen_tokens = sum(len(t.gen_ids) for tr in trajs for t in tr.turns)
     m = rollout.rollout_metrics(trajs)
-    return {"env": env, "precision": "bf16" if bf16 else "fp32", "kv_reuse": reuse_kv, "seconds": total, "gen_seconds": stats["gen_s"],
+    return {"env": env, "precision": ("bf16" if bf16 else "fp32") + (f" ({attention})" if attention else ""),
+            "kv_reuse": reuse_kv, "seconds": total, "gen_seconds": stats["gen_s"],
             "generated_tokens": gen_tokens, "tokens_per_s": gen_tokens / total,
             "gen_tokens_per_s": gen_tokens / max(stats["gen_s"], 1e-9), "generate_calls": stats["calls"],
             "mean_prompt_tokens": stats["prompt_tokens"] / max(stats["rows"], 1),
@@ -98,8 +104,9 @@ def main(argv=None):
     ap.add_argument("--model", default="smollm2-135m", help="policy.load name")
     ap.add_argument("--envs", nargs="+", default=["frozenlake", "sokoban"])
     ap.add_argument("--configs", nargs="+", default=["fp32:kv", "fp32:nokv", "bf16:kv"],
-                    choices=["fp32:kv", "fp32:nokv", "bf16:kv", "bf16:nokv"],
-                    help="precision:KV reuse across turns (nokv = re-encode the conversation every turn)")
+                    choices=["fp32:kv", "fp32:nokv", "bf16:kv", "bf16:nokv", "bf16-sdpa:kv"],
+                    help="precision:KV reuse across turns (nokv = re-encode the conversation every turn); "
+                    "bf16-sdpa = the bf16 copy with transformers' SDPA for decode instead of decode_attention.py")
     ap.add_argument("--groups", type=int, default=8, help="P")
     ap.add_argument("--group-size", type=int, default=8, help="G")
     ap.add_argument("--max-new-tokens", type=int, default=120, help="per turn (paper: 400)")
@@ -120,7 +127,8 @@ def main(argv=None):
     for env in args.envs:
         for config in args.configs:
             precision, kv = config.split(":")
-            rows.append(bench_one(model, tok, env, precision == "bf16", kv == "kv", args))
+            rows.append(bench_one(model, tok, env, precision.startswith("bf16"), kv == "kv", args,
+                                  "sdpa" if precision == "bf16-sdpa" else ""))
             print(json.dumps(rows[-1]), flush=True)
     cmd = "python bench/rollout.py " + " ".join(sys.argv[1:] if argv is None else argv)
     info = (f"{args.model}, P x G = {args.groups} x {args.group_size}, max_new_tokens {args.max_new_tokens}, "

@@ -1,0 +1,67 @@
+"""Attention of the bf16 sampling copy: decode steps as two grouped matmuls, masked prefills as SDPA with GQA.
+
+What it implements: softmax(q K^T / sqrt(d) + mask) V, two ways, instead of transformers' SDPA call:
+- a single new token per row (the decode steps of `sampling.generate`): the query heads of one KV head batched as
+  rows of one matmul, (B, KVH, G, D) @ (B, KVH, D, T), so each K and V slot is read once per step, softmax in fp32;
+- several new tokens under a padding mask (a turn's new tokens over the cached conversation, the first prompt):
+  torch's SDPA with `enable_gqa=True`, where transformers first copies K and V once per query head (`repeat_kv`:
+  it only uses torch's GQA when there is no mask). The result is the same to the bit (tested), without the copies.
+Anything else (no mask, dropout, position biases, soft-capping) goes to transformers' `sdpa_attention_forward`.
+
+Why our own (issue 21, docs/speed.md): on the CPU, PyTorch's SDPA for one query row over a ~1k-token bf16 KV
+cache (what transformers calls with its GQA packing: 3 query rows per KV head, a padding mask) reads the cache at
+a fraction of the copy bandwidth; the two matmuls run near it. For a turn's ~100 new tokens per row over a ~1k-token
+cache, `repeat_kv` triples the K and V traffic. Measured by `python bench/decode.py`.
+It is registered as a transformers attention implementation (`AttentionInterface`, with SDPA's mask function)
+and set only on the bf16 copy that samples (`policy.bf16_copy`): the fp32 path keeps SDPA, so fp32 sampled
+log-probs still equal a recomputation exactly; in bf16 the two kernels differ by bf16 rounding (~4e-3 on an
+attention output, the order of the bf16 path's own sampled-vs-recomputed gap).
+
+What it leaves out: a fused kernel (score, mask and softmax are separate ops), reading a group's shared prompt
+once (cascade attention), anything but CPU decode (on a GPU keep SDPA / flash attention).
+"""
+from __future__ import annotations
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+NAME = "nanoragen_decode"
+
+
+def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                     is_causal=None, **kwargs):
+    """transformers' attention-function signature; query (B, H, q, D), key / value (B, KVH, T, D); returns
+    ((B, q, H, D), None). q = 1: grouped matmuls; q > 1 with a mask: SDPA with GQA; anything else: transformers'."""
+    B, H, q, D = query.shape
+    plain = not dropout and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
+    if plain and q > 1 and attention_mask is not None and key.shape[1] != H:    # masked prefill with GQA
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                               scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2).contiguous(), None
+    if q != 1 or not plain:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    KVH = key.shape[1]
+    scale = scaling if scaling is not None else D ** -0.5
+    qg = query.reshape(B, KVH, H // KVH, D)                          # (B, KVH, G, D): a KV head's query heads
+    s = torch.matmul(qg, key.transpose(-1, -2)).float() * scale      # (B, KVH, G, T), fp32 from here
+    if attention_mask is not None:                                   # (B, 1, 1, T): True = attend, or additive
+        m = attention_mask[..., -key.shape[2]:]
+        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m.float()
+    p = torch.softmax(s, dim=-1).to(value.dtype)
+    out = torch.matmul(p, value)                                     # (B, KVH, G, D)
+    return out.reshape(B, 1, H, D), None                              # heads in the order of q's reshape
+
+
+def install(model) -> bool:
+    """Make `model` use decode_attention (registered once, with SDPA's mask); False where the model cannot
+    switch attention implementation (then it keeps its own)."""
+    AttentionInterface.register(NAME, decode_attention)
+    AttentionMaskInterface.register(NAME, sdpa_mask)
+    try:
+        model.set_attn_implementation(NAME)
+    except (AttributeError, ValueError):
+        return False
+    return True

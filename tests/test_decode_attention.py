@@ -1,0 +1,105 @@
+"""decode_attention.py against transformers' SDPA path: the same attention for one query token per row (with
+left padding and GQA), the very same call for everything else, and installed on the bf16 sampling copy only."""
+import copy
+
+import pytest
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+import decode_attention
+import policy
+
+
+class Heads:                                   # the module attributes transformers' attention functions read
+    num_key_value_groups = 3
+    is_causal = True
+
+
+def naive(q, k, v, mask, tile=False):
+    """Independent reference: query head h reads KV head h // G (tile=True: h % KVH, the usual mistake), then
+    softmax(q k^T / sqrt(d)) v with -inf on masked slots."""
+    G = q.shape[1] // k.shape[1]
+    rep = (lambda x: x.repeat(1, G, 1, 1)) if tile else (lambda x: x.repeat_interleave(G, 1))
+    k, v = rep(k).double(), rep(v).double()
+    s = q.double() @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    s = s.masked_fill(~mask, float("-inf"))
+    return (torch.softmax(s, -1) @ v).transpose(1, 2)                  # (B, q, H, D)
+
+
+@pytest.mark.parametrize("with_mask", [True, False])
+def test_one_query_token_equals_an_independent_reference_and_sdpa(with_mask):
+    g = torch.Generator().manual_seed(0)
+    B, H, KVH, T, D = 5, 9, 3, 37, 16
+    q, k, v = (torch.randn(B, n, t, D, generator=g) for n, t in ((H, 1), (KVH, T), (KVH, T)))
+    mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
+    mask[0, ..., :11] = False                                           # left padding of different lengths
+    mask[3, ..., :2] = False
+    ours, _ = decode_attention.decode_attention(Heads(), q, k, v, mask if with_mask else None)
+    full = mask if with_mask else torch.ones_like(mask)
+    ref = naive(q, k, v, full)
+    assert ours.shape == (B, 1, H, D)
+    assert torch.allclose(ours.double(), ref, atol=1e-6)
+    theirs, _ = sdpa_attention_forward(Heads(), q, k, v, mask if with_mask else None)
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    assert not torch.allclose(ours.double(), naive(q, k, v, full, tile=True), atol=1e-3)   # the test can fail
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_several_query_tokens_give_sdpa_to_the_bit(dtype):
+    """q > 1: with a padding + causal mask, SDPA with GQA (no repeat_kv copies); without a mask, transformers'
+    own call. Either way the very numbers transformers computes."""
+    g = torch.Generator().manual_seed(1)
+    B, Q, T = 3, 5, 12
+    q, k, v = (torch.randn(B, n, t, 8, generator=g).to(dtype) for n, t in ((9, Q), (3, T), (3, T)))
+    mask = torch.tril(torch.ones(Q, T, dtype=torch.bool), diagonal=T - Q)[None, None].repeat(B, 1, 1, 1)
+    mask[1, ..., :4] = False                                             # a left-padded row
+    for m in (mask, None):
+        ours, _ = decode_attention.decode_attention(Heads(), q, k[:, :, -Q:] if m is None else k,
+                                                    v[:, :, -Q:] if m is None else v, m)
+        theirs, _ = sdpa_attention_forward(Heads(), q, k[:, :, -Q:] if m is None else k,
+                                           v[:, :, -Q:] if m is None else v, m)
+        assert ours.shape == (B, Q, 9, 8) and torch.equal(ours, theirs)
+    masked, _ = decode_attention.decode_attention(Heads(), q, k, v, mask)
+    ref = naive(q.float(), k.float(), v.float(), mask)                  # and both are the attention asked for
+    assert torch.allclose(masked.double(), ref, atol=1e-5 if dtype == torch.float32 else 3e-2)
+
+
+def test_installed_on_the_bf16_copy_only_and_its_logits_match_sdpa():
+    model, _ = policy.load("tiny")
+    copy16 = policy.bf16_copy(model)
+    assert copy16.config._attn_implementation == decode_attention.NAME
+    assert model.config._attn_implementation == "sdpa"                 # fp32 sampling keeps SDPA (exact log-probs)
+    ref = copy.deepcopy(copy16)
+    ref.set_attn_implementation("sdpa")
+    ids = torch.randint(3, 200, (3, 12), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    pos = policy.position_ids_from_mask(mask)
+    outs = []
+    with torch.no_grad():
+        for m in (copy16, ref):
+            from transformers import DynamicCache
+            cache = DynamicCache(config=m.config)
+            m(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], cache=cache,
+              use_cache=True)
+            outs.append(m(input_ids=ids[:, -1:], attention_mask=mask, position_ids=pos[:, -1:], cache=cache,
+                          use_cache=True).logits.float())
+    # bf16: the two kernels round differently (measured on SmolLM2: both ~0.04 mean |d log p| from fp32)
+    assert (outs[0] - outs[1]).abs().max() < 0.05
+
+
+def test_bench_runs_and_reports_both_kernels(capsys):
+    """bench/decode.py end to end on the tiny model (its numbers are for the docs, never asserted)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import decode as bench
+    bench.main(["--model", "tiny", "--rows", "2", "--ctx", "16", "--threads", "1", "--steps", "2", "--reps", "1",
+                "--prefill", "4"])
+    out = capsys.readouterr().out
+
+    def err(label):
+        return float(next(ln for ln in out.splitlines() if ln.startswith(label)).rstrip(" |").split("|")[-1])
+    assert err("| decode op, float32 |") < 1e-5                           # the two kernels agree in fp32
+    assert err("| prefill op, 4 new tokens, float32 |") == 0.0            # and the prefill is the same SDPA
+    assert ("| decode step, bf16 copy |" in out) == policy.bf16_supported("cpu")
