@@ -8,7 +8,7 @@ RV-quartile training, the dilution control the referee's question calls for), as
     python experiments/paper.py quartiles --seeds 0 1 2       # run them one after another, then summarise
     python experiments/paper.py top_p_sweep --scale paper --model Qwen/Qwen2.5-3B   # the paper's scale (GPU)
     python experiments/paper.py classroom --seeds 0 1 2       # template collapse vs filtering on SmolLM2, ~90 min
-    python experiments/paper.py protocol                      # the same at the regime search's setting, 5 seeds
+    python experiments/paper.py protocol                      # the same at the regime search's setting, 6 seeds
     python experiments/paper.py calibration                   # the MI proxy on batches of known I(X;Z), minutes
     python experiments/paper.py multiturn --seeds 0 1 2       # the same on multi-turn FrozenLake (MULTITURN.md)
     python experiments/paper.py slip_boundary --seeds 0 1     # filter vs none at slip 0 / 0.2 / 0.5 (SLIP.md)
@@ -105,7 +105,7 @@ EXPERIMENTS = {
                                "--entropy-coef", "0.01"],
                        "grpo-T1": [*NOFILTER, "--temperature", "1.0"]}, "name"),
     "protocol": ("the single-turn protocol that can decide (experiments/PROTOCOL.md): the regime search's setting "
-                 "(Dr.GRPO, lr 5e-6, entropy 0.01), top-p 0.9 vs no filter vs the dilution control, 5 seeds, "
+                 "(Dr.GRPO, lr 5e-6, entropy 0.01), top-p 0.9 vs no filter vs the dilution control, 6 seeds, "
                  "validated on 64 episodes of the Bandit's test arm pairs",
                  {"filter": FILTER, "nofilter": NOFILTER,
                   "nofilter-diluted": [*NOFILTER, "--entropy-coef", "@diluted"]}, "name"),
@@ -169,7 +169,7 @@ WARM = {"multiturn": ["--model", "smollm2-135m", "--episodes", "64", "--epochs",
         "smoke-multiturn": ["--model", "tiny", "--episodes", "4", "--epochs", "1"]}
 DEFAULT_SCALE = {"classroom": "classroom", "regime_search": "classroom", "protocol": "protocol", "multiturn": "multiturn",
                  "slip_boundary": "multiturn"}
-DEFAULT_SEEDS = {"protocol": [0, 1, 2, 3, 4]}   # 3 seeds leave a minimum detectable difference of ~1.0 success
+DEFAULT_SEEDS = {"protocol": [0, 1, 2, 3, 4, 5]}   # the exact paired sign-flip test reaches p < 0.05 from 6 seeds
 PILOT = ["--steps", "24", "--eval-every", "4", "--mi-every", "2"]   # regime_search: longer, coarser evaluation
 SMOKE_SCALE = {"multiturn": "smoke-multiturn", "slip_boundary": "smoke-multiturn"}   # what --scale smoke means
 # (out-dir, page) of an experiment run at its own scale; otherwise runs/ and <out-dir>/<experiment>.md
@@ -367,7 +367,7 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", choices=list(SCALES), default=None,
                     help="classroom for the classroom experiment, cpu for the others (default)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None,
-                    help="default 0 1 2 (the referee's minimum); 0 1 2 3 4 for protocol")
+                    help="default 0 1 2 (the referee's minimum); 0-5 for protocol (the paired sign-flip test cannot reach p < 0.05 below 6)")
     ap.add_argument("--out-dir", default="", help="where the runs go (default: experiments/classroom for the "
                     "classroom protocol at its own scale, runs/ otherwise)")
     ap.add_argument("--page", default="", help="the Markdown page written at the end (default: experiments/RESULTS.md "

@@ -50,12 +50,12 @@ def test_classroom_defaults_and_dry_run(capsys):
 
 
 def test_protocol_setting_seeds_and_one_value_per_flag(capsys):
-    """`protocol` is the classroom scale at the regime search's Dr.GRPO pilot: 5 seeds by default, each flag once
+    """`protocol` is the classroom scale at the regime search's Dr.GRPO pilot: 6 seeds by default, each flag once
     in the command (the override replaces the classroom value, it does not shadow it), validation on the test split,
     and the dilution arm's base is the protocol's entropy coefficient (0.01), not the classroom's (0.001)."""
     paper.main(["protocol", "--dry-run"])
     out = capsys.readouterr().out
-    assert out.count("train.py") == 15 and "--page experiments/PROTOCOL.md" in out
+    assert out.count("train.py") == 18 and "--page experiments/PROTOCOL.md" in out
     assert "--out-dir experiments/protocol" in out and "--calibration experiments/calibration.json" in out
     todo = dict(paper.runs("protocol", "protocol", [4], [], "x"))
     argv = todo["protocol-nofilter-s4"]
