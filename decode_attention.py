@@ -1,21 +1,25 @@
-"""Attention of the bf16 sampling copy: decode steps as two grouped matmuls, masked prefills as SDPA with GQA.
+"""Attention on the CPU: bf16 decode steps as two grouped matmuls, masked prefills as SDPA with GQA.
 
 What it implements: softmax(q K^T / sqrt(d) + mask) V, two ways, instead of transformers' SDPA call:
-- a single new token per row (the decode steps of `sampling.generate`): the query heads of one KV head batched as
-  rows of one matmul, (B, KVH, G, D) @ (B, KVH, D, T), so each K and V slot is read once per step, softmax in fp32;
-- several new tokens under a padding mask (a turn's new tokens over the cached conversation, the first prompt):
-  torch's SDPA with `enable_gqa=True`, where transformers first copies K and V once per query head (`repeat_kv`:
-  it only uses torch's GQA when there is no mask). The result is the same to the bit (tested), without the copies.
-Anything else (no mask, dropout, position biases, soft-capping) goes to transformers' `sdpa_attention_forward`.
+- a single new token per row in bf16 (the decode steps of the bf16 sampling copy): the query heads of one KV head
+  batched as rows of one matmul, (B, KVH, G, D) @ (B, KVH, D, T), so each K and V slot is read once per step,
+  softmax in fp32;
+- several tokens per row under a padding mask, outside autograd (a turn's new tokens over the cached
+  conversation, MI scoring, old log-probs, evaluation): torch's SDPA with `enable_gqa=True`, where transformers
+  first copies K and V once per query head (`repeat_kv`: it only uses torch's GQA when there is no mask). The
+  result is the same to the bit (tested), without the copies.
+Anything else (fp32 decode, the update's forward with gradients, no mask, dropout, position biases,
+soft-capping) goes to transformers' `sdpa_attention_forward` unchanged. So in fp32 every number is what
+transformers computes (fp32 sampled log-probs still equal a recomputation exactly).
 
 Why our own (issue 21, docs/speed.md): on the CPU, PyTorch's SDPA for one query row over a ~1k-token bf16 KV
 cache (what transformers calls with its GQA packing: 3 query rows per KV head, a padding mask) reads the cache at
 a fraction of the copy bandwidth; the two matmuls run near it. For a turn's ~100 new tokens per row over a ~1k-token
 cache, `repeat_kv` triples the K and V traffic. Measured by `python bench/decode.py`.
 It is registered as a transformers attention implementation (`AttentionInterface`, with SDPA's mask function)
-and set only on the bf16 copy that samples (`policy.bf16_copy`): the fp32 path keeps SDPA, so fp32 sampled
-log-probs still equal a recomputation exactly; in bf16 the two kernels differ by bf16 rounding (~4e-3 on an
-attention output, the order of the bf16 path's own sampled-vs-recomputed gap).
+and set on every CPU model `policy.load` returns and on the bf16 copy that samples (`policy.bf16_copy`); in bf16
+the grouped decode differs from SDPA by bf16 rounding (~4e-3 on an attention output, the order of the bf16 path's
+own sampled-vs-recomputed gap). `save_pretrained` does not write the implementation's name (export is unchanged).
 
 What it leaves out: a fused kernel (score, mask and softmax are separate ops), reading a group's shared prompt
 once (cascade attention), anything but CPU decode (on a GPU keep SDPA / flash attention).
@@ -33,14 +37,16 @@ NAME = "nanoragen_decode"
 def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                      is_causal=None, **kwargs):
     """transformers' attention-function signature; query (B, H, q, D), key / value (B, KVH, T, D); returns
-    ((B, q, H, D), None). q = 1: grouped matmuls; q > 1 with a mask: SDPA with GQA; anything else: transformers'."""
+    ((B, q, H, D), None). q = 1 in bf16: grouped matmuls; q > 1 with a mask, outside autograd: SDPA with GQA;
+    anything else (fp32 decode, the update's forward with gradients, no mask): transformers' own call."""
     B, H, q, D = query.shape
     plain = not dropout and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
-    if plain and q > 1 and attention_mask is not None and key.shape[1] != H:    # masked prefill with GQA
+    grad = torch.is_grad_enabled() and query.requires_grad                # the update: its backward as it was
+    if plain and q > 1 and attention_mask is not None and key.shape[1] != H and not grad:   # masked prefill, GQA
         out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
                                                                scale=scaling, enable_gqa=True)
         return out.transpose(1, 2).contiguous(), None
-    if q != 1 or not plain:
+    if q != 1 or not plain or query.dtype == torch.float32:              # fp32 decode: SDPA is faster there
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     KVH = key.shape[1]

@@ -243,6 +243,8 @@ def load(name: str = "smollm2-135m", *, device="cpu", dtype=torch.float32, seed:
             ) from err
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
+    if torch.device(device).type == "cpu":             # masked prefills without repeat_kv copies (same numbers)
+        decode_attention.install(model)
     return model.to(device).eval(), tokenizer
 
 

@@ -64,28 +64,37 @@ def test_several_query_tokens_give_sdpa_to_the_bit(dtype):
     assert torch.allclose(masked.double(), ref, atol=1e-5 if dtype == torch.float32 else 3e-2)
 
 
-def test_installed_on_the_bf16_copy_only_and_its_logits_match_sdpa():
+def _decode_logits(m, ids, mask):
+    """Logits of the last token after caching the others: one prefill under the mask, then one decode step."""
+    from transformers import DynamicCache
+    pos = policy.position_ids_from_mask(mask)
+    cache = DynamicCache(config=m.config)
+    with torch.no_grad():
+        first = m(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], cache=cache,
+                  use_cache=True).logits
+        last = m(input_ids=ids[:, -1:], attention_mask=mask, position_ids=pos[:, -1:], cache=cache,
+                 use_cache=True).logits
+    return first.float(), last.float()
+
+
+def test_installed_on_cpu_models_fp32_bitwise_and_bf16_within_rounding():
+    """policy.load's model and its bf16 copy both use it. In fp32 every logit is transformers' own, bit for bit
+    (prefill through SDPA with GQA, decode through SDPA); the bf16 copy's decode differs by bf16 rounding only."""
     model, _ = policy.load("tiny")
     copy16 = policy.bf16_copy(model)
-    assert copy16.config._attn_implementation == decode_attention.NAME
-    assert model.config._attn_implementation == "sdpa"                 # fp32 sampling keeps SDPA (exact log-probs)
-    ref = copy.deepcopy(copy16)
-    ref.set_attn_implementation("sdpa")
+    assert model.config._attn_implementation == copy16.config._attn_implementation == decode_attention.NAME
     ids = torch.randint(3, 200, (3, 12), generator=torch.Generator().manual_seed(2))
     mask = torch.ones_like(ids)
-    mask[1, :4] = 0
-    pos = policy.position_ids_from_mask(mask)
-    outs = []
-    with torch.no_grad():
-        for m in (copy16, ref):
-            from transformers import DynamicCache
-            cache = DynamicCache(config=m.config)
-            m(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], cache=cache,
-              use_cache=True)
-            outs.append(m(input_ids=ids[:, -1:], attention_mask=mask, position_ids=pos[:, -1:], cache=cache,
-                          use_cache=True).logits.float())
-    # bf16: the two kernels round differently (measured on SmolLM2: both ~0.04 mean |d log p| from fp32)
-    assert (outs[0] - outs[1]).abs().max() < 0.05
+    mask[1, :4] = 0                                                    # a left-padded row: the masked path
+    for ours in (model, copy16):
+        ref = copy.deepcopy(ours)
+        ref.set_attn_implementation("sdpa")
+        (p1, d1), (p2, d2) = _decode_logits(ours, ids, mask), _decode_logits(ref, ids, mask)
+        assert torch.equal(p1, p2)                                     # masked prefill: the same bits
+        if ours is model:
+            assert torch.equal(d1, d2)                                 # fp32 decode: SDPA itself
+        else:            # bf16: two kernels, two roundings (on SmolLM2 both ~0.04 mean |d log p| from fp32)
+            assert (d1 - d2).abs().max() < 0.05
 
 
 def test_bench_runs_and_reports_both_kernels(capsys):
