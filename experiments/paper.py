@@ -169,6 +169,7 @@ WARM = {"multiturn": ["--model", "smollm2-135m", "--episodes", "64", "--epochs",
         "smoke-multiturn": ["--model", "tiny", "--episodes", "4", "--epochs", "1"]}
 DEFAULT_SCALE = {"classroom": "classroom", "regime_search": "classroom", "protocol": "protocol", "multiturn": "multiturn",
                  "slip_boundary": "multiturn"}
+SCALE_FOR = {"protocol": ("protocol",)}   # scales made for some experiments only (protocol: Bandit, test split)
 DEFAULT_SEEDS = {"protocol": [0, 1, 2, 3, 4, 5]}   # the exact paired sign-flip test reaches p < 0.05 from 6 seeds
 PILOT = ["--steps", "24", "--eval-every", "4", "--mi-every", "2"]   # regime_search: longer, coarser evaluation
 SMOKE_SCALE = {"multiturn": "smoke-multiturn", "slip_boundary": "smoke-multiturn"}   # what --scale smoke means
@@ -391,6 +392,8 @@ def main(argv=None) -> None:
     if args.experiment in SMOKE_SCALE and args.scale not in SMOKE_SCALE.values() and args.scale != "multiturn":
         ap.error(f"--scale {args.scale}: {args.experiment} is multi-turn FrozenLake from a warm start; use "
                  "--scale multiturn (default) or smoke")
+    if args.experiment not in SCALE_FOR.get(args.scale, (args.experiment,)):
+        ap.error(f"--scale {args.scale}: made for {', '.join(SCALE_FOR[args.scale])} only")
     home = args.experiment in HOME and args.scale == DEFAULT_SCALE[args.experiment]
     args.out_dir = args.out_dir or (HOME[args.experiment][0] if home else "runs")
     page = args.page or (HOME[args.experiment][1] if home else str(Path(args.out_dir) / f"{args.experiment}.md"))

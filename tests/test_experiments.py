@@ -68,6 +68,8 @@ def test_protocol_setting_seeds_and_one_value_per_flag(capsys):
     assert resolved(todo["protocol-filter-s4"]).filter == "top_p"
     assert paper.entropy_base("protocol", []) == 0.01
     assert paper.override(["--a", "1", "--b", "2"], ["--a", "3"]) == ["--b", "2", "--a", "3"]
+    with pytest.raises(SystemExit):
+        paper.main(["slip_sweep", "--scale", "protocol", "--dry-run"])    # a Bandit test-split scale for FrozenLake
 
 
 @pytest.mark.slow

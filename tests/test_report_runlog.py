@@ -248,11 +248,12 @@ def test_runlog_cli_help_and_bad_directory(tmp_path):
 
 
 @pytest.mark.parametrize("page, data, intro", [("MULTITURN", "multiturn", "multiturn.md"),
-                                               ("REGIME", "regime", "regime_search.md")])
+                                               ("REGIME", "regime", "regime_search.md"),
+                                               ("PROTOCOL", "protocol", "protocol.md")])
 def test_multiturn_and_regime_pages_rebuild_byte_identically(tmp_path, monkeypatch, page, data, intro):
     """experiments/MULTITURN.md (the multi-turn page: built from experiments/multiturn/, the pilot until the
-    protocol has run) and experiments/REGIME.md (the regime search) are rewritten byte for byte by the command
-    printed on them, figures included."""
+    protocol has run), experiments/REGIME.md (the regime search) and experiments/PROTOCOL.md (the single-turn
+    protocol, from its finished runs) are rewritten byte for byte by the command printed on them, figures included."""
     import re
     import shlex
     from pathlib import Path

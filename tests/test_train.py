@@ -306,7 +306,8 @@ def test_every_experiment_arm_is_a_valid_config():
     import paper
     n, want = 0, 0
     for name, (_, arms, _) in paper.EXPERIMENTS.items():
-        scales = ("multiturn", "smoke-multiturn") if name in paper.SMOKE_SCALE else paper.SCALES   # FrozenLake only
+        scales = (("multiturn", "smoke-multiturn") if name in paper.SMOKE_SCALE else    # FrozenLake only
+                  [s for s in paper.SCALES if name in paper.SCALE_FOR.get(s, (name,))])
         for scale in scales:
             for _, argv in paper.runs(name, scale, [0], [], "runs"):
                 a, _ = config.resolve(["0.0004" if x == "@diluted" else x for x in argv])
