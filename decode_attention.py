@@ -8,7 +8,7 @@ What it implements: softmax(q K^T / sqrt(d) + mask) V, two ways, instead of tran
   conversation, MI scoring, old log-probs, evaluation): torch's SDPA with `enable_gqa=True`, where transformers
   first copies K and V once per query head (`repeat_kv`: it only uses torch's GQA when there is no mask). The
   result is the same to the bit (tested), without the copies.
-Anything else (fp32 decode, the update's forward with gradients, no mask, dropout, position biases,
+Anything else (fp32 decode, any forward with gradients, no mask, GPU tensors, dropout, position biases,
 soft-capping) goes to transformers' `sdpa_attention_forward` unchanged. So in fp32 every number is what
 transformers computes (fp32 sampled log-probs still equal a recomputation exactly).
 
@@ -34,14 +34,31 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 NAME = "nanoragen_decode"
 
 
+def grouped_decode(query, key, value, attention_mask, scaling=None):
+    """One query token per row: query (B, H, 1, D), key / value (B, KVH, T, D), attention_mask None, bool (B, 1, 1, T)
+    with True = attend, or additive float; returns (B, 1, H, D). Query head h reads KV head h // (H / KVH)."""
+    B, H, _, D = query.shape
+    KVH = key.shape[1]
+    scale = scaling if scaling is not None else D ** -0.5
+    qg = query.reshape(B, KVH, H // KVH, D)                          # (B, KVH, G, D): a KV head's query heads
+    s = torch.matmul(qg, key.transpose(-1, -2)).float() * scale      # (B, KVH, G, T), fp32 from here
+    if attention_mask is not None:
+        m = attention_mask[..., -key.shape[2]:]
+        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m.float()
+    p = torch.softmax(s, dim=-1).to(value.dtype)
+    out = torch.matmul(p, value)                                     # (B, KVH, G, D)
+    return out.reshape(B, 1, H, D)                                   # heads in the order of q's reshape
+
+
 def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                      is_causal=None, **kwargs):
     """transformers' attention-function signature; query (B, H, q, D), key / value (B, KVH, T, D); returns
-    ((B, q, H, D), None). q = 1 in bf16: grouped matmuls; q > 1 with a mask, outside autograd: SDPA with GQA;
-    anything else (fp32 decode, the update's forward with gradients, no mask): transformers' own call."""
+    ((B, q, H, D), None). On the CPU: q = 1 in bf16: grouped_decode; q > 1 with a mask, outside autograd: SDPA
+    with GQA; anything else (fp32 decode, a forward with gradients, no mask, any GPU call): transformers' own."""
     B, H, q, D = query.shape
-    plain = not dropout and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
-    grad = torch.is_grad_enabled() and query.requires_grad                # the update: its backward as it was
+    plain = (not dropout and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
+             and query.device.type == "cpu")                         # on a GPU: transformers' SDPA / flash
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))   # the update, LoRA too
     if plain and q > 1 and attention_mask is not None and key.shape[1] != H and not grad:   # masked prefill, GQA
         out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
                                                                scale=scaling, enable_gqa=True)
@@ -49,25 +66,18 @@ def decode_attention(module, query, key, value, attention_mask, dropout: float =
     if q != 1 or not plain or query.dtype == torch.float32:              # fp32 decode: SDPA is faster there
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
-    KVH = key.shape[1]
-    scale = scaling if scaling is not None else D ** -0.5
-    qg = query.reshape(B, KVH, H // KVH, D)                          # (B, KVH, G, D): a KV head's query heads
-    s = torch.matmul(qg, key.transpose(-1, -2)).float() * scale      # (B, KVH, G, T), fp32 from here
-    if attention_mask is not None:                                   # (B, 1, 1, T): True = attend, or additive
-        m = attention_mask[..., -key.shape[2]:]
-        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m.float()
-    p = torch.softmax(s, dim=-1).to(value.dtype)
-    out = torch.matmul(p, value)                                     # (B, KVH, G, D)
-    return out.reshape(B, 1, H, D), None                              # heads in the order of q's reshape
+    return grouped_decode(query, key, value, attention_mask, scaling), None
 
 
 def install(model) -> bool:
-    """Make `model` use decode_attention (registered once, with SDPA's mask); False where the model cannot
-    switch attention implementation (then it keeps its own)."""
-    AttentionInterface.register(NAME, decode_attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    """Make `model` use decode_attention; False where the model cannot switch attention implementation (then it
+    keeps its own)."""
     try:
         model.set_attn_implementation(NAME)
     except (AttributeError, ValueError):
         return False
     return True
+
+
+AttentionInterface.register(NAME, decode_attention)    # at import: a model that names it always finds it
+AttentionMaskInterface.register(NAME, sdpa_mask)         # (SDPA's mask function)

@@ -46,7 +46,8 @@ def op_row(B: int, ctx: int, dtype, reps: int, Q: int = 1) -> dict:
     mask[::2, ..., : ctx // 8] = False                       # causal, and left padding on half the rows
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     fns = {"sdpa": lambda: sdpa_attention_forward(_Heads(), q, k, v, mask),           # "grouped" = ours
-           "grouped": lambda: decode_attention.decode_attention(_Heads(), q, k, v, mask)}
+           "grouped": ((lambda: (decode_attention.grouped_decode(q, k, v, mask), None)) if Q == 1 else   # the kernel,
+                       (lambda: decode_attention.decode_attention(_Heads(), q, k, v, mask)))}  # even in fp32
     err = (fns["sdpa"]()[0].float() - fns["grouped"]()[0].float()).abs().max().item()
     out = {}
     for name, f in fns.items():

@@ -407,9 +407,12 @@ def main(argv=None) -> None:
         if "@diluted" in argv_run:
             seed = int(argv_run[argv_run.index("--seed") + 1])
             base = entropy_base(args.scale, extra)
-            value = (f"<{base:g} x kept fraction>" if args.dry_run and not (Path(args.out_dir) /
-                     f"{args.experiment}-filter-s{seed}").exists()
-                     else diluted_entropy(args.out_dir, args.experiment, seed, base))
+            try:
+                value = diluted_entropy(args.out_dir, args.experiment, seed, base)
+            except SystemExit:                     # the filter run has not logged a kept fraction yet
+                if not args.dry_run:
+                    raise
+                value = f"<{base:g} x kept fraction>"
             argv_run = [value if a == "@diluted" else a for a in argv_run]
         cmd = [sys.executable, "train.py", *argv_run]
         if (run_dir / "config.json").exists() and not done:

@@ -1,5 +1,5 @@
-"""decode_attention.py against transformers' SDPA path: the same attention for one query token per row (with
-left padding and GQA), the very same call for everything else, and installed on the bf16 sampling copy only."""
+"""decode_attention.py: its grouped decode kernel against an independent fp64 reference (and the usual wrong
+versions), its masked-prefill path against transformers' SDPA to the bit, and both as installed on CPU models."""
 import copy
 
 import pytest
@@ -27,21 +27,50 @@ def naive(q, k, v, mask, tile=False):
 
 
 @pytest.mark.parametrize("with_mask", [True, False])
-def test_one_query_token_equals_an_independent_reference_and_sdpa(with_mask):
+def test_grouped_decode_equals_an_independent_reference_and_not_the_usual_mistakes(with_mask):
     g = torch.Generator().manual_seed(0)
     B, H, KVH, T, D = 5, 9, 3, 37, 16
     q, k, v = (torch.randn(B, n, t, D, generator=g) for n, t in ((H, 1), (KVH, T), (KVH, T)))
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
     mask[0, ..., :11] = False                                           # left padding of different lengths
     mask[3, ..., :2] = False
-    ours, _ = decode_attention.decode_attention(Heads(), q, k, v, mask if with_mask else None)
     full = mask if with_mask else torch.ones_like(mask)
+    ours = decode_attention.grouped_decode(q, k, v, mask if with_mask else None)
     ref = naive(q, k, v, full)
     assert ours.shape == (B, 1, H, D)
-    assert torch.allclose(ours.double(), ref, atol=1e-6)
+    assert torch.allclose(ours.double(), ref, atol=1e-6)                 # fp32 kernel vs fp64 reference
     theirs, _ = sdpa_attention_forward(Heads(), q, k, v, mask if with_mask else None)
     assert torch.allclose(ours, theirs, atol=1e-6)
-    assert not torch.allclose(ours.double(), naive(q, k, v, full, tile=True), atol=1e-3)   # the test can fail
+    additive = torch.zeros(B, 1, 1, T).masked_fill(~full, float("-inf"))          # a float mask means the same
+    assert torch.allclose(decode_attention.grouped_decode(q, k, v, additive), ours, atol=1e-6)
+    assert not torch.allclose(ours.double(), naive(q, k, v, full, tile=True), atol=1e-3)   # head h -> h % KVH
+    assert not torch.allclose(ours.double(), naive(q * D ** 0.5, k, v, full), atol=1e-3)   # scale forgotten
+    if with_mask:
+        assert not torch.allclose(ours.double(), naive(q, k, v, torch.ones_like(mask)), atol=1e-3)  # mask ignored
+    bf = decode_attention.grouped_decode(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask if with_mask else None)
+    assert torch.allclose(bf.double(), ref, atol=3e-2)                   # bf16: rounding only
+
+
+def test_routing():
+    """What goes where: bf16 one-token calls to grouped_decode, fp32 ones and calls with gradients (LoRA on k/v
+    only included) to transformers' own SDPA."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, n, t, 8, generator=g) for n, t in ((9, 1), (3, 6), (3, 6)))
+    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    mask[0, ..., :2] = False
+    qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    assert torch.equal(decode_attention.decode_attention(Heads(), qb, kb, vb, mask)[0],
+                       decode_attention.grouped_decode(qb, kb, vb, mask))
+    assert torch.equal(decode_attention.decode_attention(Heads(), q, k, v, mask)[0],
+                       sdpa_attention_forward(Heads(), q, k, v, mask)[0])
+    Q = torch.randn(2, 9, 3, 8, generator=g)
+    pre = torch.ones(2, 1, 3, 6, dtype=torch.bool)
+    pre[0, ..., :2] = False
+    kg = k.clone().requires_grad_(True)                                  # a gradient through K only
+    out = decode_attention.decode_attention(Heads(), Q, kg, v, pre)[0]
+    assert torch.equal(out, sdpa_attention_forward(Heads(), Q, kg, v, pre)[0])
+    out.sum().backward()
+    assert kg.grad is not None and torch.isfinite(kg.grad).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -49,16 +78,16 @@ def test_several_query_tokens_give_sdpa_to_the_bit(dtype):
     """q > 1: with a padding + causal mask, SDPA with GQA (no repeat_kv copies); without a mask, transformers'
     own call. Either way the very numbers transformers computes."""
     g = torch.Generator().manual_seed(1)
-    B, Q, T = 3, 5, 12
-    q, k, v = (torch.randn(B, n, t, 8, generator=g).to(dtype) for n, t in ((9, Q), (3, T), (3, T)))
+    B, Q, T = 3, 100, 700                                               # a turn's new tokens over its cache
+    q, k, v = (torch.randn(B, n, t, 64, generator=g).to(dtype) for n, t in ((9, Q), (3, T), (3, T)))
     mask = torch.tril(torch.ones(Q, T, dtype=torch.bool), diagonal=T - Q)[None, None].repeat(B, 1, 1, 1)
-    mask[1, ..., :4] = False                                             # a left-padded row
+    mask[1, ..., :40] = False                                            # a left-padded row
     for m in (mask, None):
         ours, _ = decode_attention.decode_attention(Heads(), q, k[:, :, -Q:] if m is None else k,
                                                     v[:, :, -Q:] if m is None else v, m)
         theirs, _ = sdpa_attention_forward(Heads(), q, k[:, :, -Q:] if m is None else k,
                                            v[:, :, -Q:] if m is None else v, m)
-        assert ours.shape == (B, Q, 9, 8) and torch.equal(ours, theirs)
+        assert ours.shape == (B, Q, 9, 64) and torch.equal(ours, theirs)
     masked, _ = decode_attention.decode_attention(Heads(), q, k, v, mask)
     ref = naive(q.float(), k.float(), v.float(), mask)                  # and both are the attention asked for
     assert torch.allclose(masked.double(), ref, atol=1e-5 if dtype == torch.float32 else 3e-2)
