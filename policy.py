@@ -330,9 +330,10 @@ def bf16_copy(model: nn.Module) -> nn.Module:
     bf16 model in memory (270 MB for SmolLM2-135M). Its one-token decode steps attend with decode_attention.py
     (SDPA over a bf16 KV cache runs at a fraction of the memory bandwidth on the CPU). Freshness: torch bumps a
     tensor's `_version` on every in-place write (optimizer steps, load_state_dict), so the copy is refreshed (one
-    copy_ per tensor) exactly when a weight changed since the last call; never stale, never re-copied needlessly. Numerics: the residual stream is bf16 too,
-    so sampled log-probs differ from an autocast recomputation a little more than autocast's own samples do (the
-    update recomputes old log-probs under its own precision, so PPO's first ratio stays exactly 1).
+    copy_ per tensor) exactly when a weight changed since the last call; never stale, never re-copied needlessly.
+    Numerics: the residual stream is bf16 too, so sampled log-probs differ from an autocast recomputation a little
+    more than autocast's own samples do (the update recomputes old log-probs under its own precision, so PPO's
+    first ratio stays exactly 1).
     Models that are not plain fp32 modules (bf16 already, FSDP-sharded DTensor weights) are returned as they are."""
     params = list(model.parameters())
     if not params or any(p.dtype != torch.float32 or type(p.data) is not torch.Tensor for p in params):

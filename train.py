@@ -547,7 +547,8 @@ def run_environment(args, device) -> dict:
     bf16 = policy.bf16_default(device) if args.bf16 else False
     return {"native_bf16": policy.bf16_supported(device),
             "precision": {"rollout": "bf16 weight copy, grouped decode attention" if bf16 else "fp32",
-                          "update": "bf16 autocast" if bf16 else "fp32", "mi": "fp32" if config.mi_bf16(args) is False else ("bf16" if bf16 else "fp32")},
+                          "update": "bf16 autocast" if bf16 else "fp32",
+                          "mi": "fp32" if config.mi_bf16(args) is False else ("bf16" if bf16 else "fp32")},
             "env_isolation": getattr(envs.make_env(args.env, **json.loads(args.env_options)), "isolation", None)}
 
 

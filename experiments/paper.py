@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))                  # config, report, runlog live at the repository root
 FILTER = ["--filter", "top_p", "--filter-value", "0.9"]            # the paper's rule (mass, variance, no zeros)
 NOFILTER = ["--filter", "none"]
+# filter vs no filter vs the dilution control (no filter, entropy coefficient x the filter run's kept fraction)
+THREE_ARMS = {"filter": FILTER, "nofilter": NOFILTER, "nofilter-diluted": [*NOFILTER, "--entropy-coef", "@diluted"]}
 CALIBRATION = ROOT / "experiments" / "calibration.json"          # written by `paper.py calibration`
 
 # name -> (what it reproduces, {arm: flags}, flags for the report's --arm-by)
@@ -81,17 +83,13 @@ EXPERIMENTS = {
                               "trajectory": ["--filter", "none", "--filter-level", "trajectory"]},
                              "filter,filter_level"),
     "dilution_control": ("is filtering just diluted regularisation? no filter with entropy_coef x kept fraction",
-                         {"filter": FILTER, "nofilter": NOFILTER,
-                          "nofilter-diluted": [*NOFILTER, "--entropy-coef", "@diluted"]},
-                         "name"),
+                         THREE_ARMS, "name"),
     "classroom": ("the evidence protocol (experiments/RESULTS.md): template collapse and top-p 0.9 vs no filter vs "
                   "the dilution control on SmolLM2, deterministic Bandit",
-                  {"filter": FILTER, "nofilter": NOFILTER,
-                   "nofilter-diluted": [*NOFILTER, "--entropy-coef", "@diluted"]}, "name"),
+                  THREE_ARMS, "name"),
     "multiturn": ("multi-turn evidence (experiments/MULTITURN.md): top-p 0.9 vs no filter vs the dilution control on "
                   "FrozenLake 4x4, 3 turns, from the shared warm start (experiments/warmstart.py)",
-                  {"filter": FILTER, "nofilter": NOFILTER,
-                   "nofilter-diluted": [*NOFILTER, "--entropy-coef", "@diluted"]}, "name"),
+                  THREE_ARMS, "name"),
     "slip_boundary": ("the filter's edge as RV turns into transition noise (v1 Fig. 9 / review Fig. 11), multi-turn "
                       "FrozenLake from the shared warm start: filter vs none at slip 0, 0.2, 0.5",
                       {f"slip{s}-{tag}": ["--env-options", f'{{"slip": {s}}}', *flags]
@@ -107,8 +105,7 @@ EXPERIMENTS = {
     "protocol": ("the single-turn protocol that can decide (experiments/PROTOCOL.md): the regime search's setting "
                  "(Dr.GRPO, lr 5e-6, entropy 0.01), top-p 0.9 vs no filter vs the dilution control, 6 seeds, "
                  "validated on 64 episodes of the Bandit's test arm pairs",
-                 {"filter": FILTER, "nofilter": NOFILTER,
-                  "nofilter-diluted": [*NOFILTER, "--entropy-coef", "@diluted"]}, "name"),
+                 THREE_ARMS, "name"),
     "kl_sweep": ("KL-coefficient sweep without filtering (v1 App. L, review App. M)",
                  {f"kl{c}": [*NOFILTER, "--kl-coef", str(c), "--kl-kind", "k1", "--entropy-coef", "0"]
                   for c in (0, 0.001, 0.01, 0.1)}, "kl_coef"),
@@ -167,8 +164,8 @@ SCALES = {
 # --max-new-tokens are the scale's). The untrained SmolLM2 writes no valid FrozenLake move (experiments/multiturn.md).
 WARM = {"multiturn": ["--model", "smollm2-135m", "--episodes", "64", "--epochs", "2", "--lr", "1e-4"],
         "smoke-multiturn": ["--model", "tiny", "--episodes", "4", "--epochs", "1"]}
-DEFAULT_SCALE = {"classroom": "classroom", "regime_search": "classroom", "protocol": "protocol", "multiturn": "multiturn",
-                 "slip_boundary": "multiturn"}
+DEFAULT_SCALE = {"classroom": "classroom", "regime_search": "classroom", "protocol": "protocol",
+                 "multiturn": "multiturn", "slip_boundary": "multiturn"}
 SCALE_FOR = {"protocol": ("protocol",)}   # scales made for some experiments only (protocol: Bandit, test split)
 DEFAULT_SEEDS = {"protocol": [0, 1, 2, 3, 4, 5]}   # the exact paired sign-flip test reaches p < 0.05 from 6 seeds
 PILOT = ["--steps", "24", "--eval-every", "4", "--mi-every", "2"]   # regime_search: longer, coarser evaluation
@@ -268,9 +265,9 @@ def override(base: list[str], flags: list[str]) -> list[str]:
 # The protocol that can decide (experiments/protocol.md says why): the classroom scale at the regime search's
 # Dr.GRPO pilot (the setting that learnt the format and left groups with RV 0 for the filter to act on), 24 steps,
 # validation on the test split (arm pairs never trained on), MI and validation less often than the pilot's 2 / 4.
-SCALES["protocol"] = override(SCALES["classroom"], ["--algo", "drgrpo", "--lr", "5e-6", "--entropy-coef", "0.01",
-                                                       "--steps", "24", "--eval-every", "8", "--mi-every", "4", "--val-envs", "64",
-                                                       "--val-env-options", '{"split": "test"}'])
+SCALES["protocol"] = override(SCALES["classroom"], [
+    "--algo", "drgrpo", "--lr", "5e-6", "--entropy-coef", "0.01", "--steps", "24", "--eval-every", "8",
+    "--mi-every", "4", "--val-envs", "64", "--val-env-options", '{"split": "test"}'])
 
 
 def runs(name: str, scale: str, seeds: list[int], extra: list[str], out_dir: str,
@@ -368,7 +365,8 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", choices=list(SCALES), default=None,
                     help="classroom for the classroom experiment, cpu for the others (default)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None,
-                    help="default 0 1 2 (the referee's minimum); 0-5 for protocol (the paired sign-flip test cannot reach p < 0.05 below 6)")
+                    help="default 0 1 2 (the referee's minimum); 0-5 for protocol (the paired sign-flip test "
+                    "cannot reach p < 0.05 below 6)")
     ap.add_argument("--out-dir", default="", help="where the runs go (default: experiments/classroom for the "
                     "classroom protocol at its own scale, runs/ otherwise)")
     ap.add_argument("--page", default="", help="the Markdown page written at the end (default: experiments/RESULTS.md "
