@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -291,9 +293,11 @@ def runs(name: str, scale: str, seeds: list[int], extra: list[str], out_dir: str
 
 def warm_start(scale: str, out_dir: str, dry_run: bool) -> list[str]:
     """["--model", <out_dir>/warm-model] for a WARM scale, after making that model once with experiments/warmstart.py
-    (skipped when its weights are there); [] for the other scales. Its weights are not committed (only
-    warmstart.json, which records how it was made): a checkout that has the record but not the weights refuses to
-    make a new one silently, since the finished runs started from the old one."""
+    (skipped when its weights are there); [] for the other scales. Its weights are never committed, only
+    warmstart.json (how it was made, and the sha256 of its weights), so a new checkout rebuilds them: into a sibling
+    directory first, then kept only if they are the recorded weights (same sha256: warmstart.py is deterministic on
+    one kind of CPU) or no run in `out_dir` has started from the recorded ones; otherwise SystemExit, since the runs
+    of one protocol must share one starting point."""
     if scale not in WARM:
         return []
     d = Path(out_dir) / "warm-model"
@@ -303,13 +307,29 @@ def warm_start(scale: str, out_dir: str, dry_run: bool) -> list[str]:
            "--max-new-tokens", tokens]
     done = (ROOT / d / "model.safetensors").exists()                 # ROOT / d is d itself when d is absolute
     print(("# done: " if done else "") + " ".join(shlex.quote(c) for c in cmd), flush=True)
-    if not done and not dry_run:
-        record = ROOT / d / "warmstart.json"
-        if record.exists():
-            raise SystemExit(f"{d}: warmstart.json is here but the weights are not (they are never committed); the "
-                             f"finished runs started from those weights. To start over from a new warm start, delete "
-                             f"{d} and the runs in {out_dir}")
+    if done or dry_run:
+        return ["--model", str(d)]
+    record = ROOT / d / "warmstart.json"
+    if not record.exists():
         subprocess.run(cmd, cwd=ROOT, check=True)
+        return ["--model", str(d)]
+    old = json.loads(record.read_text()).get("sha256")
+    started = sorted(c.parent.name for c in (ROOT / out_dir).glob("*/config.json")
+                     if json.loads(c.read_text()).get("flags", {}).get("model") == str(d))
+    rebuild = d.with_name(d.name + ".rebuild")
+    shutil.rmtree(ROOT / rebuild, ignore_errors=True)
+    subprocess.run([*cmd[:2], str(rebuild), *cmd[3:]], cwd=ROOT, check=True)
+    new = json.loads((ROOT / rebuild / "warmstart.json").read_text())["sha256"]
+    if new != old and started:
+        raise SystemExit(f"{d}: the rebuilt warm start (sha256 {new[:12]}, in {rebuild}) is not the one the runs "
+                         f"{', '.join(started)} started from (sha256 {str(old)[:12]}; another CPU kind rounds "
+                         f"differently). Go on from the old weights where they are, or start over: delete {d} and "
+                         f"those runs")
+    shutil.rmtree(ROOT / d)
+    os.replace(ROOT / rebuild, ROOT / d)
+    print(f"# {d}: rebuilt, " + ("the recorded weights (same sha256)" if new == old else
+                                 f"new weights (sha256 {new[:12]}; no run had started from the recorded ones)"),
+          flush=True)
     return ["--model", str(d)]
 
 

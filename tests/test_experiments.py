@@ -139,6 +139,14 @@ def test_multiturn_protocol_smoke_warm_start_baseline_resume_and_page(tmp_path, 
     wall = runlog.read_jsonl(out / "walltime.jsonl")                  # measured per launch, the resume its own line
     assert [(w["run"], w["resumed"]) for w in wall] == [(n, False) for n in names] + [(names[1], True)]
     assert all(w["seconds"] > 0 and "cores" in w["cpu"] for w in wall)
-    (out / "warm-model" / "model.safetensors").unlink()             # the record without the weights: refused
-    with pytest.raises(SystemExit, match="warmstart.json is here but the weights are not"):
-        paper.main(argv)
+    (out / "warm-model" / "model.safetensors").unlink()             # a new checkout: the record without the weights
+    capfd.readouterr()
+    paper.main(argv)                                                 # rebuilt, and the same weights (deterministic)
+    assert "warm-model: rebuilt, the recorded weights (same sha256)" in capfd.readouterr().out
+    assert json.loads((out / "warm-model" / "warmstart.json").read_text())["sha256"] == warm["sha256"]
+    (out / "warm-model" / "model.safetensors").unlink()
+    (out / "warm-model" / "warmstart.json").write_text(json.dumps({**warm, "sha256": "0" * 64}))  # another CPU's
+    started = "multiturn-filter-s0, multiturn-nofilter-diluted-s0, multiturn-nofilter-s0 started"
+    with pytest.raises(SystemExit, match=f"is not the one the runs {started}"):
+        paper.main(argv)                                             # runs started from other weights: refused
+    assert json.loads((out / "warm-model" / "warmstart.json").read_text())["sha256"] == "0" * 64   # record kept
