@@ -150,3 +150,32 @@ def test_multiturn_protocol_smoke_warm_start_baseline_resume_and_page(tmp_path, 
     with pytest.raises(SystemExit, match=f"is not the one the runs {started}"):
         paper.main(argv)                                             # runs started from other weights: refused
     assert json.loads((out / "warm-model" / "warmstart.json").read_text())["sha256"] == "0" * 64   # record kept
+
+
+def test_reasoning_texts_counts_placeholders_and_distinct_texts_on_a_worked_example(tmp_path, capsys):
+    import reasoning_texts
+
+    def sample(step, text):
+        return {"step": step, "messages": [{"role": "system", "content": "<think>[Your thoughts]</think> in a rule"},
+                                           {"role": "user", "content": "Turn 1"},
+                                           {"role": "assistant", "content": text}]}
+    rows = [sample(3, "<think>[Your thoughts]</think> <answer>A</answer>"),       # outside the steps
+            sample(16, "<think> [Your thoughts] </think> <answer>A</answer>"),
+            sample(16, "<think>[your reasoning] and more</think><answer>B</answer>"),
+            sample(17, "<think>Nurse is safer</think> <answer>Nurse</answer>"),
+            sample(17, "<think>Nurse is safer</think> <answer>Nurse</answer>"),
+            sample(18, "<think>I think [Your thoughts]</think>"),                  # not at the start: reasoning
+            sample(23, "<think>cut off before the closing tag"),
+            sample(24, "<think>[Your thoughts]</think>")]                          # HI is exclusive
+    run = tmp_path / "run-a"
+    run.mkdir()
+    (run / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + '\n{"step": 2, "mess')  # torn line
+    [s] = reasoning_texts.main([str(run), "--steps", "16:24"])
+    assert s == {"run": "run-a", "samples": 6, "placeholder": 2, "distinct": 4, "no_think": 1,
+                 "most_common": "Nurse is safer", "most_common_count": 2}
+    assert "| run-a | 6 | 2 | 4 | 1 | Nurse is safer (2) |" in capsys.readouterr().out
+    for bad in (["--steps", "5:5"], ["--steps", "x"]):
+        with pytest.raises(SystemExit):
+            reasoning_texts.main([str(run), *bad])
+    with pytest.raises(SystemExit):
+        reasoning_texts.main([str(tmp_path / "nothing")])
