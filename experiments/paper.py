@@ -294,10 +294,11 @@ def runs(name: str, scale: str, seeds: list[int], extra: list[str], out_dir: str
 def warm_start(scale: str, out_dir: str, dry_run: bool) -> list[str]:
     """["--model", <out_dir>/warm-model] for a WARM scale, after making that model once with experiments/warmstart.py
     (skipped when its weights are there); [] for the other scales. Its weights are never committed, only
-    warmstart.json (how it was made, and the sha256 of its weights), so a new checkout rebuilds them: into a sibling
-    directory first, then kept only if they are the recorded weights (same sha256: warmstart.py is deterministic on
-    one kind of CPU) or no run in `out_dir` has started from the recorded ones; otherwise SystemExit, since the runs
-    of one protocol must share one starting point."""
+    warmstart.json (how it was made, the sha256 and tensor norms of its weights), so a new checkout rebuilds them:
+    into a sibling directory first, then kept if they are the recorded weights (same sha256: warmstart.py is
+    deterministic on one kind of CPU), or equal to fp32 rounding (another CPU kind: warmstart.same_warm_start), or
+    no run in `out_dir` has started from the recorded ones; otherwise SystemExit, since the runs of one protocol
+    must share one starting point. The record of the first build stays (a rebuild's is kept beside it)."""
     if scale not in WARM:
         return []
     d = Path(out_dir) / "warm-model"
@@ -313,23 +314,30 @@ def warm_start(scale: str, out_dir: str, dry_run: bool) -> list[str]:
     if not record.exists():
         subprocess.run(cmd, cwd=ROOT, check=True)
         return ["--model", str(d)]
-    old = json.loads(record.read_text()).get("sha256")
+    import warmstart
+    old = json.loads(record.read_text())
     started = sorted(c.parent.name for c in (ROOT / out_dir).glob("*/config.json")
                      if json.loads(c.read_text()).get("flags", {}).get("model") == str(d))
     rebuild = d.with_name(d.name + ".rebuild")
     shutil.rmtree(ROOT / rebuild, ignore_errors=True)
     subprocess.run([*cmd[:2], str(rebuild), *cmd[3:]], cwd=ROOT, check=True)
-    new = json.loads((ROOT / rebuild / "warmstart.json").read_text())["sha256"]
-    if new != old and started:
-        raise SystemExit(f"{d}: the rebuilt warm start (sha256 {new[:12]}, in {rebuild}) is not the one the runs "
-                         f"{', '.join(started)} started from (sha256 {str(old)[:12]}; another CPU kind rounds "
-                         f"differently). Go on from the old weights where they are, or start over: delete {d} and "
-                         f"those runs")
+    new = json.loads((ROOT / rebuild / "warmstart.json").read_text())
+    same = warmstart.same_warm_start(old, new)
+    if not same and started:
+        raise SystemExit(f"{d}: the rebuilt warm start (in {rebuild}) is not the one the runs {', '.join(started)} "
+                         f"started from (sha256 {new['sha256'][:12]} vs {str(old.get('sha256'))[:12]}, and not equal "
+                         f"to rounding either). Go on from the old weights where they are, or start over: delete "
+                         f"{d} and those runs")
+    if same:                                                         # keep the first record, and this one beside it
+        os.replace(ROOT / rebuild / "warmstart.json", ROOT / rebuild / "warmstart-rebuild.json")
+        shutil.copy(record, ROOT / rebuild / "warmstart.json")
     shutil.rmtree(ROOT / d)
     os.replace(ROOT / rebuild, ROOT / d)
-    print(f"# {d}: rebuilt, " + ("the recorded weights (same sha256)" if new == old else
-                                 f"new weights (sha256 {new[:12]}; no run had started from the recorded ones)"),
-          flush=True)
+    print(f"# {d}: rebuilt, " + {"identical": "the recorded weights (same sha256)",
+                                 "rounding": "the recorded weights up to fp32 rounding (norms and losses within "
+                                             f"{warmstart.ROUNDING:g}; warmstart-rebuild.json has this build's record)",
+                                 "": f"new weights (sha256 {new['sha256'][:12]}; no run had started from the "
+                                     f"recorded ones)"}[same], flush=True)
     return ["--model", str(d)]
 
 

@@ -145,11 +145,19 @@ def test_multiturn_protocol_smoke_warm_start_baseline_resume_and_page(tmp_path, 
     assert "warm-model: rebuilt, the recorded weights (same sha256)" in capfd.readouterr().out
     assert json.loads((out / "warm-model" / "warmstart.json").read_text())["sha256"] == warm["sha256"]
     (out / "warm-model" / "model.safetensors").unlink()
-    (out / "warm-model" / "warmstart.json").write_text(json.dumps({**warm, "sha256": "0" * 64}))  # another CPU's
+    other_cpu = {**warm, "sha256": "0" * 64, "norms": {k: v * (1 + 1e-5) for k, v in warm["norms"].items()}}
+    (out / "warm-model" / "warmstart.json").write_text(json.dumps(other_cpu))  # another CPU's kernels: rounding
+    paper.main(argv)
+    assert "the recorded weights up to fp32 rounding" in capfd.readouterr().out
+    assert json.loads((out / "warm-model" / "warmstart.json").read_text()) == other_cpu            # record kept
+    (out / "warm-model" / "model.safetensors").unlink()
+    name = sorted(warm["norms"])[0]
+    changed = {**other_cpu, "norms": {**other_cpu["norms"], name: other_cpu["norms"][name] * 1.01}}
+    (out / "warm-model" / "warmstart.json").write_text(json.dumps(changed))    # another warm start
     started = "multiturn-filter-s0, multiturn-nofilter-diluted-s0, multiturn-nofilter-s0 started"
     with pytest.raises(SystemExit, match=f"is not the one the runs {started}"):
         paper.main(argv)                                             # runs started from other weights: refused
-    assert json.loads((out / "warm-model" / "warmstart.json").read_text())["sha256"] == "0" * 64   # record kept
+    assert json.loads((out / "warm-model" / "warmstart.json").read_text()) == changed               # record kept
 
 
 def test_reasoning_texts_counts_placeholders_and_distinct_texts_on_a_worked_example(tmp_path, capsys):
@@ -179,3 +187,20 @@ def test_reasoning_texts_counts_placeholders_and_distinct_texts_on_a_worked_exam
             reasoning_texts.main([str(run), *bad])
     with pytest.raises(SystemExit):
         reasoning_texts.main([str(tmp_path / "nothing")])
+
+
+def test_same_warm_start_tells_identical_rounding_and_other():
+    import warmstart
+    rec = {"sha256": "a" * 64, "norms": {"w": 10.0, "b": 0.5}, "model": "m", "seed": 0, "env_options": {},
+           "max_turns": 3, "max_new_tokens": 48, "episodes": 64, "demo_seeds": [1, 65], "epochs": 2, "lr": 1e-4,
+           "micro_batch": 8, "teacher_tokens": 3911, "loss_per_epoch": [1.1, 0.24]}
+    assert warmstart.same_warm_start(rec, dict(rec)) == "identical"
+    other = {**rec, "sha256": "b" * 64}
+    assert warmstart.same_warm_start(rec, {**other, "norms": {"w": 10.005, "b": 0.5}}) == "rounding"   # 5e-4
+    assert warmstart.same_warm_start(rec, {**other, "norms": {"w": 10.02, "b": 0.5}}) == ""           # 2e-3
+    assert warmstart.same_warm_start(rec, {**other, "norms": {"w": 10.0}}) == ""                      # a tensor less
+    assert warmstart.same_warm_start(rec, {**other, "loss_per_epoch": [1.1, 0.25]}) == ""
+    assert warmstart.same_warm_start(rec, {**other, "teacher_tokens": 3912}) == ""                   # other data
+    assert warmstart.same_warm_start(rec, {**other, "lr": 2e-4}) == ""
+    old = {k: v for k, v in rec.items() if k not in ("sha256", "norms")}      # a record from before the norms
+    assert warmstart.same_warm_start(old, other) == "rounding"                # judged by data and losses alone
