@@ -545,9 +545,9 @@ MI, NULL, ENT, FMT = ("mi_first_turn/mi_estimate", "mi_first_turn/mi_estimate_nu
 
 def verdict_lines(runs: list[dict], arm_by: list[str] | None, pairs: list[dict], final_window: int = 3) -> list[str]:
     """Plain-words verdicts from fixed rules: template collapse per arm (verdicts.RULE, counted over seeds) and, per
-    pair, final validation success and Ĥ(Z|X) of the unfiltered batch (mean of the last `final_window` MI steps)
-    tested by the paired sign-flip test over seeds (verdicts.paired_verdict: a 'not resolved' states the minimum
-    detectable difference at its seed count)."""
+    pair, final validation success, Ĥ(Z|X) of the unfiltered batch and first-turn retrieval accuracy (MI on the
+    retrieval scale; both the mean of the last `final_window` MI steps) tested by the paired sign-flip test over
+    seeds (verdicts.paired_verdict: a 'not resolved' states the minimum detectable difference at its seed count)."""
     out = []
     for arm, members in group_arms(runs, arm_by).items():
         members = sorted(members, key=lambda r: r["flags"].get("seed", 0))      # the same line for any dir order
@@ -562,12 +562,16 @@ def verdict_lines(runs: list[dict], arm_by: list[str] | None, pairs: list[dict],
                        f"baseline in {c['input_dependent']}/{n}, retrieval at chance at the end in "
                        f"{c['mi_at_chance']}/{n}, Ĥ(Z|X) of the unfiltered batch kept at least half in "
                        f"{c['entropy_kept']}/{n}, format ok in {c['format_ok']}/{n}.")
+    tested = ((verdicts.ENT_UNFILTERED, "Ĥ(Z|X) of the unfiltered batch"),
+              (verdicts.ACC, "first-turn retrieval accuracy (MI, chance 1/N)"))
     for row in pairs:
-        ent = row.get(verdicts.ENT_UNFILTERED + "_diffs")
-        if ent is None and "arms" in row:
-            ent = paired_differences(runs, arm_by, [row["arms"]], final_window,
-                                     [verdicts.ENT_UNFILTERED])[0][verdicts.ENT_UNFILTERED + "_diffs"]
-        for d, what in ((row["final_diffs"], "final validation success"), (ent, "Ĥ(Z|X) of the unfiltered batch")):
+        diffs = [(row["final_diffs"], "final validation success")]
+        for key, what in tested:
+            d = row.get(key + "_diffs")
+            if d is None and "arms" in row:
+                d = paired_differences(runs, arm_by, [row["arms"]], final_window, [key])[0][key + "_diffs"]
+            diffs.append((d, what))
+        for d, what in diffs:
             if d is not None and len(d):
                 out.append(f"- **{row['pair']}**, " + verdicts.paired_verdict(d, what))
     return out

@@ -124,6 +124,9 @@ def test_page_has_tables_pairs_verdicts_and_figure(tmp_path):
             "2/2, Ĥ(Z|X) of the unfiltered batch kept at least half in 0/2") in text
     assert "**healthy − collapsing**, final validation success: +0.000 ± 0.000 over 2 seeds" in text
     assert "**healthy − collapsing**, Ĥ(Z|X) of the unfiltered batch" in text and "not resolved" in text
+    # retrieval (MI): the mean of the last 3 MI steps, 0.7 healthy vs 0.4833 collapsing in both seeds
+    assert ("**healthy − collapsing**, first-turn retrieval accuracy (MI, chance 1/N): +0.217 ± 0.000 over 2 seeds "
+            "(2/2 positive)") in text
     assert "| healthy − collapsing | 2 |" in text and (page.parent / "RESULTS.png").stat().st_size > 1000
     assert f"python report.py {tmp_path}/* --arm-by name" in text
 
