@@ -127,7 +127,10 @@ def _smollm2_from_gguf():
 
 def _build_smollm2_cache(target: Path) -> None:
     """Dequantise the GGUF once and save a plain float copy at `target` (atomically: tmp dir + rename).
-    CacheUnwritable (carrying the in-memory model) when the copy cannot be written; nothing half-written stays."""
+    CacheUnwritable (carrying the in-memory model) when the copy cannot be written (an OSError, or safetensors'
+    own SafetensorError for an I/O error while writing the weights); nothing half-written stays."""
+    from safetensors import SafetensorError
+
     plain, tokenizer = _smollm2_from_gguf()
     tmp = None
     try:
@@ -141,7 +144,8 @@ def _build_smollm2_cache(target: Path) -> None:
         except OSError:
             if not all((target / f).is_file() for f in _CACHE_FILES):
                 raise
-    except OSError as err:
+    except (OSError, SafetensorError) as err:
+        err = err if isinstance(err, OSError) else OSError(None, str(err))
         raise CacheUnwritable(target, err, plain, tokenizer) from err
     finally:
         if tmp is not None:
@@ -163,7 +167,8 @@ _IN_MEMORY: dict = {}  # the dequantised (model, tokenizer) of this process when
 def _smollm2(dtype, with_model: bool = True):
     """(model or None, tokenizer) of SmolLM2: from the cache, or, where it cannot be written, from a copy kept in
     this process's memory, with a warning (same fp32 weights, so the run is unchanged; dequantised once per
-    process, and each load gets its own deep copy)."""
+    process, and each load gets its own deep copy, whose parameters alone are cast to `dtype`, as from_pretrained
+    does: buffers such as RoPE's inv_freq stay fp32)."""
     from transformers import AutoModelForCausalLM
 
     try:
@@ -174,7 +179,12 @@ def _smollm2(dtype, with_model: bool = True):
         path = None
     if path is None:
         tokenizer = copy.deepcopy(_IN_MEMORY["tokenizer"])
-        return (copy.deepcopy(_IN_MEMORY["model"]).to(dtype) if with_model else None), tokenizer
+        if not with_model:
+            return None, tokenizer
+        model = copy.deepcopy(_IN_MEMORY["model"])
+        for p in model.parameters():
+            p.data = p.data.to(dtype)
+        return model, tokenizer
     tokenizer = _load_tokenizer(path)
     return (AutoModelForCausalLM.from_pretrained(path, dtype=dtype) if with_model else None), tokenizer
 

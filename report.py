@@ -611,7 +611,8 @@ def write_page(path: str | Path, runs: list[dict], arm_by: list[str] | None, col
     if lines:
         parts += ["## Verdicts by fixed rules (verdicts.py)\n", f"Template collapse: {verdicts.RULE}. Between arms: "
                   "the paired sign-flip permutation test over seeds (exact, two-sided), a difference is called at "
-                  f"p < {verdicts.ALPHA:g}.\n", *lines, ""]
+                  f"p < {verdicts.ALPHA:g}; three metrics per pair (final validation success, Ĥ(Z|X) of the "
+                  "unfiltered batch, first-turn retrieval accuracy), not corrected for multiplicity.\n", *lines, ""]
     if figure_keys:
         fig = plot_arms(runs, arm_by, figure_keys, path.with_suffix(".png"), title=path.stem)
         parts += ["## Curves over training (mean, band = ± 1 std over seeds)\n", f"![curves]({fig.name})\n"]

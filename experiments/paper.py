@@ -291,14 +291,30 @@ def runs(name: str, scale: str, seeds: list[int], extra: list[str], out_dir: str
     return out
 
 
+def started_from(model_dir: Path, out_dir: Path) -> list[str]:
+    """Names of the runs in `out_dir` whose config.json names `model_dir` as --model (compared as resolved paths;
+    a config.json that cannot be read counts as started: the check must not fail open)."""
+    out = []
+    for c in sorted(out_dir.glob("*/config.json")):
+        try:
+            model = json.loads(c.read_text()).get("flags", {}).get("model")
+        except (OSError, json.JSONDecodeError):
+            out.append(c.parent.name)
+            continue
+        if isinstance(model, str) and (ROOT / model).resolve() == model_dir.resolve():
+            out.append(c.parent.name)
+    return out
+
+
 def warm_start(scale: str, out_dir: str, dry_run: bool) -> list[str]:
     """["--model", <out_dir>/warm-model] for a WARM scale, after making that model once with experiments/warmstart.py
     (skipped when its weights are there); [] for the other scales. Its weights are never committed, only
-    warmstart.json (how it was made, the sha256 and tensor norms of its weights), so a new checkout rebuilds them:
-    into a sibling directory first, then kept if they are the recorded weights (same sha256: warmstart.py is
-    deterministic on one kind of CPU), or equal to fp32 rounding (another CPU kind: warmstart.same_warm_start), or
-    no run in `out_dir` has started from the recorded ones; otherwise SystemExit, since the runs of one protocol
-    must share one starting point. The record of the first build stays (a rebuild's is kept beside it)."""
+    warmstart.json (how it was made, the sha256 of its weights and the norms of its update), so a new checkout
+    rebuilds them: into a sibling directory first, then kept if they are the recorded weights (same sha256:
+    warmstart.py is deterministic on one kind of CPU), or equal to fp32 rounding (another CPU kind:
+    warmstart.same_warm_start), or no run in `out_dir` has started from the recorded ones; otherwise SystemExit,
+    since the runs of one protocol must share one starting point. The record of the first build stays (a
+    rebuild's is kept beside it, and its sha256 / update norms are added to a record that had none)."""
     if scale not in WARM:
         return []
     d = Path(out_dir) / "warm-model"
@@ -316,9 +332,8 @@ def warm_start(scale: str, out_dir: str, dry_run: bool) -> list[str]:
         return ["--model", str(d)]
     import warmstart
     old = json.loads(record.read_text())
-    started = sorted(c.parent.name for c in (ROOT / out_dir).glob("*/config.json")
-                     if json.loads(c.read_text()).get("flags", {}).get("model") == str(d))
-    rebuild = d.with_name(d.name + ".rebuild")
+    started = started_from(ROOT / d, ROOT / out_dir)
+    rebuild, retired = d.with_name(d.name + ".rebuild"), d.with_name(d.name + ".old")
     shutil.rmtree(ROOT / rebuild, ignore_errors=True)
     subprocess.run([*cmd[:2], str(rebuild), *cmd[3:]], cwd=ROOT, check=True)
     new = json.loads((ROOT / rebuild / "warmstart.json").read_text())
@@ -330,9 +345,13 @@ def warm_start(scale: str, out_dir: str, dry_run: bool) -> list[str]:
                          f"{d} and those runs")
     if same:                                                         # keep the first record, and this one beside it
         os.replace(ROOT / rebuild / "warmstart.json", ROOT / rebuild / "warmstart-rebuild.json")
-        shutil.copy(record, ROOT / rebuild / "warmstart.json")
-    shutil.rmtree(ROOT / d)
+        fingerprint = {k: new[k] for k in ("sha256", "delta_norms") if k not in old}
+        note = {"fingerprint": "sha256 / delta_norms added from a rebuild equal to rounding"} if fingerprint else {}
+        (ROOT / rebuild / "warmstart.json").write_text(json.dumps({**old, **fingerprint, **note}, indent=2) + "\n")
+    shutil.rmtree(ROOT / retired, ignore_errors=True)
+    os.replace(ROOT / d, ROOT / retired)                             # never a moment without a record in d
     os.replace(ROOT / rebuild, ROOT / d)
+    shutil.rmtree(ROOT / retired)
     print(f"# {d}: rebuilt, " + {"identical": "the recorded weights (same sha256)",
                                  "rounding": "the recorded weights up to fp32 rounding (norms and losses within "
                                              f"{warmstart.ROUNDING:g}; warmstart-rebuild.json has this build's record)",

@@ -13,9 +13,10 @@ rollout.rollout itself (generate_fn = the teacher), on maps never used for train
 1_000_000), so the prompts, chat template and token masks are exactly the rollout's. Then a few epochs of
 next-token cross-entropy on the sampled (teacher) tokens only, AdamW, fp32, and `save_pretrained` of model and
 tokenizer into a directory that `train.py --model DIR` loads (the frozen MI scorer and the KL reference of the
-arms are then this warm start). `warmstart.json` records how it was made, the sha256 of the weights file and each
-tensor's L2 norm: the same command gives the same sha256 on one kind of CPU, and norms equal to rounding on another
-(`same_warm_start`).
+arms are then this warm start). `warmstart.json` records how it was made, the sha256 of the weights file and, per
+tensor, the L2 norm of what the fine-tuning changed (||w - w_base||): the same command gives the same sha256 on one
+kind of CPU and, on another, update norms equal to rounding (`same_warm_start`; the norms of the weights
+themselves would not do: the base model's are within 1e-3 of the warm start's).
 
 What it leaves out: other envs (the teacher is FrozenLake's); slips (the plan assumes the ice is not slippery:
 under slip it replans every turn from the observed position, which is what it reads); LoRA.
@@ -53,25 +54,32 @@ PLANS = ["A safe shortest path is {path}, so I move {now}.", "Shortest safe rout
 
 
 ROUNDING = 1e-3  # relative: two builds of one warm start on different CPU kinds differ by fp32 rounding only
+NEGLIGIBLE = 1e-6  # absolute, on an update norm: a tensor the fine-tuning moved by less is not compared relatively
 
 
 def same_warm_start(old: dict, new: dict) -> str:
-    """How two warmstart.json records compare: "identical" (same sha256), "rounding" (same demonstrations and the
-    losses and, where both have them, the tensor norms within ROUNDING relative: fp32 rounding of another CPU's
-    kernels), or "" (another warm start)."""
+    """How two warmstart.json records compare: "identical" (same sha256), "rounding" (same flags and demonstrations,
+    the losses and, where both records have them, the per-tensor update norms within ROUNDING relative: fp32
+    rounding of another CPU's kernels), or "" (another warm start)."""
     if old.get("sha256") and old.get("sha256") == new.get("sha256"):
         return "identical"
-    close = lambda a, b: abs(a - b) <= ROUNDING * max(abs(a), abs(b), 1e-12)  # noqa: E731
+    close = lambda a, b, atol=0.0: abs(a - b) <= ROUNDING * max(abs(a), abs(b)) + atol  # noqa: E731
     keys = ("model", "seed", "env_options", "max_turns", "max_new_tokens", "episodes", "demo_seeds", "epochs", "lr",
             "micro_batch", "teacher_tokens")
     if any(old.get(k) != new.get(k) for k in keys) or len(old.get("loss_per_epoch", [])) != len(new["loss_per_epoch"]):
         return ""
     if not all(close(a, b) for a, b in zip(old["loss_per_epoch"], new["loss_per_epoch"])):
         return ""
-    if "norms" in old and (old["norms"].keys() != new["norms"].keys()
-                           or not all(close(old["norms"][k], new["norms"][k]) for k in old["norms"])):
+    d_old, d_new = old.get("delta_norms"), new.get("delta_norms")
+    if d_old is not None and d_new is not None and (
+            d_old.keys() != d_new.keys() or not all(close(d_old[k], d_new[k], NEGLIGIBLE) for k in d_old)):
         return ""
     return "rounding"
+
+
+def update_norms(base: dict, model) -> dict:
+    """Per tensor, ||w - w_base|| (7 significant digits): what the fine-tuning changed."""
+    return {k: float(f"{(v.float() - base[k].float()).norm():.7g}") for k, v in sorted(model.state_dict().items())}
 
 
 def read_state(text: str) -> tuple:
@@ -182,13 +190,13 @@ def main(argv=None) -> Path:
     t0 = time.perf_counter()
     model, tok = policy.load(a.model, seed=a.seed)
     trajs = demonstrations(model, tok, cfg, a.episodes, a.seed)
+    base = {k: v.detach().clone() for k, v in model.state_dict().items()}
     losses = sft(model, tok, trajs, epochs=a.epochs, lr=a.lr, micro_batch=a.micro_batch, seed=a.seed)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     weights = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
-    norms = {k: float(f"{v.float().norm():.7g}") for k, v in sorted(model.state_dict().items())}
-    info = {"sha256": weights, "norms": norms, "model": a.model, "seed": a.seed, "env": "frozenlake", "env_options": options, "max_turns": a.max_turns,
+    info = {"sha256": weights, "delta_norms": update_norms(base, model), "model": a.model, "seed": a.seed, "env": "frozenlake", "env_options": options, "max_turns": a.max_turns,
             "max_new_tokens": a.max_new_tokens, "episodes": a.episodes, "demo_seeds": [DEMO_SEED, DEMO_SEED + a.episodes],
             "epochs": a.epochs, "lr": a.lr, "micro_batch": a.micro_batch, "loss_per_epoch": losses,
             "teacher_success": sum(t.success for t in trajs) / len(trajs),

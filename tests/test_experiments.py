@@ -1,6 +1,7 @@
 """experiments/paper.py drivers: generated commands (dilution control), and the classroom protocol end to end on
 the tiny model (--scale smoke): runs, page, skip of finished runs, --resume of an interrupted one."""
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -145,19 +146,28 @@ def test_multiturn_protocol_smoke_warm_start_baseline_resume_and_page(tmp_path, 
     assert "warm-model: rebuilt, the recorded weights (same sha256)" in capfd.readouterr().out
     assert json.loads((out / "warm-model" / "warmstart.json").read_text())["sha256"] == warm["sha256"]
     (out / "warm-model" / "model.safetensors").unlink()
-    other_cpu = {**warm, "sha256": "0" * 64, "norms": {k: v * (1 + 1e-5) for k, v in warm["norms"].items()}}
+    assert warm["delta_norms"]["model.embed_tokens.weight"] > 0                 # the fine-tuning moved the weights
+    other_cpu = {**warm, "sha256": "0" * 64, "delta_norms": {k: v * (1 + 1e-5) for k, v in warm["delta_norms"].items()}}
     (out / "warm-model" / "warmstart.json").write_text(json.dumps(other_cpu))  # another CPU's kernels: rounding
     paper.main(argv)
     assert "the recorded weights up to fp32 rounding" in capfd.readouterr().out
     assert json.loads((out / "warm-model" / "warmstart.json").read_text()) == other_cpu            # record kept
     (out / "warm-model" / "model.safetensors").unlink()
-    name = sorted(warm["norms"])[0]
-    changed = {**other_cpu, "norms": {**other_cpu["norms"], name: other_cpu["norms"][name] * 1.01}}
+    name = "model.embed_tokens.weight"
+    changed = {**other_cpu, "delta_norms": {**other_cpu["delta_norms"], name: other_cpu["delta_norms"][name] * 1.01}}
     (out / "warm-model" / "warmstart.json").write_text(json.dumps(changed))    # another warm start
     started = "multiturn-filter-s0, multiturn-nofilter-diluted-s0, multiturn-nofilter-s0 started"
     with pytest.raises(SystemExit, match=f"is not the one the runs {started}"):
         paper.main(argv)                                             # runs started from other weights: refused
     assert json.loads((out / "warm-model" / "warmstart.json").read_text()) == changed               # record kept
+    assert not (out / "warm-model.old").exists()
+    (out / "warm-model" / "warmstart.json").write_text(json.dumps({k: v for k, v in warm.items()
+                                                                   if k not in ("sha256", "delta_norms")}))
+    capfd.readouterr()
+    paper.main(argv)                           # a record from before the fingerprint: judged by data and losses,
+    assert "the recorded weights (same sha256)" not in capfd.readouterr().out                # then fingerprinted
+    rec = json.loads((out / "warm-model" / "warmstart.json").read_text())
+    assert rec["sha256"] == warm["sha256"] and rec["delta_norms"] == warm["delta_norms"] and "fingerprint" in rec
 
 
 def test_reasoning_texts_counts_placeholders_and_distinct_texts_on_a_worked_example(tmp_path, capsys):
@@ -191,16 +201,41 @@ def test_reasoning_texts_counts_placeholders_and_distinct_texts_on_a_worked_exam
 
 def test_same_warm_start_tells_identical_rounding_and_other():
     import warmstart
-    rec = {"sha256": "a" * 64, "norms": {"w": 10.0, "b": 0.5}, "model": "m", "seed": 0, "env_options": {},
+    rec = {"sha256": "a" * 64, "delta_norms": {"w": 10.0, "b": 0.5, "still": 0.0}, "model": "m", "seed": 0,
+           "env_options": {},
            "max_turns": 3, "max_new_tokens": 48, "episodes": 64, "demo_seeds": [1, 65], "epochs": 2, "lr": 1e-4,
            "micro_batch": 8, "teacher_tokens": 3911, "loss_per_epoch": [1.1, 0.24]}
     assert warmstart.same_warm_start(rec, dict(rec)) == "identical"
     other = {**rec, "sha256": "b" * 64}
-    assert warmstart.same_warm_start(rec, {**other, "norms": {"w": 10.005, "b": 0.5}}) == "rounding"   # 5e-4
-    assert warmstart.same_warm_start(rec, {**other, "norms": {"w": 10.02, "b": 0.5}}) == ""           # 2e-3
-    assert warmstart.same_warm_start(rec, {**other, "norms": {"w": 10.0}}) == ""                      # a tensor less
+    rounded = {"w": 10.005, "b": 0.5, "still": 4e-7}                        # 5e-4 relative; a negligible update
+    assert warmstart.same_warm_start(rec, {**other, "delta_norms": rounded}) == "rounding"
+    assert warmstart.same_warm_start(rec, {**other, "delta_norms": {**rounded, "w": 10.02}}) == ""       # 2e-3
+    assert warmstart.same_warm_start(rec, {**other, "delta_norms": {**rounded, "still": 0.01}}) == ""   # it moved
+    assert warmstart.same_warm_start(rec, {**other, "delta_norms": {"w": 10.0, "b": 0.5}}) == ""       # one less
     assert warmstart.same_warm_start(rec, {**other, "loss_per_epoch": [1.1, 0.25]}) == ""
     assert warmstart.same_warm_start(rec, {**other, "teacher_tokens": 3912}) == ""                   # other data
     assert warmstart.same_warm_start(rec, {**other, "lr": 2e-4}) == ""
-    old = {k: v for k, v in rec.items() if k not in ("sha256", "norms")}      # a record from before the norms
+    old = {k: v for k, v in rec.items() if k not in ("sha256", "delta_norms")}   # a record from before them
     assert warmstart.same_warm_start(old, other) == "rounding"                # judged by data and losses alone
+
+
+def test_started_from_compares_resolved_paths_and_fails_closed(tmp_path, monkeypatch):
+    import torch
+    import warmstart
+    out = tmp_path / "exp"
+    for name, model in (("a", str(out / "warm-model")), ("b", str(out / "x" / ".." / "warm-model")),
+                        ("c", "smollm2-135m")):
+        (out / name).mkdir(parents=True)
+        (out / name / "config.json").write_text(json.dumps({"flags": {"model": model}}))
+    (out / "torn").mkdir()
+    (out / "torn" / "config.json").write_text('{"flags": {"mod')
+    assert paper.started_from(out / "warm-model", out) == ["a", "b", "torn"]
+    monkeypatch.chdir(tmp_path)                      # a relative --model resolves against the checkout, not the cwd
+    relative = os.path.relpath(out / "warm-model", paper.ROOT)
+    (out / "c" / "config.json").write_text(json.dumps({"flags": {"model": relative}}))
+    assert paper.started_from(out / "warm-model", out) == ["a", "b", "c", "torn"]
+    lin = torch.nn.Linear(2, 2, bias=False)
+    base = {k: v.detach().clone() for k, v in lin.state_dict().items()}
+    with torch.no_grad():
+        lin.weight.add_(torch.tensor([[3.0, 0.0], [0.0, 4.0]]))
+    assert warmstart.update_norms(base, lin) == {"weight": 5.0}

@@ -378,18 +378,41 @@ def test_gguf_cache_round_trip(tmp_path, monkeypatch):
 def test_unwritable_cache_falls_back_to_memory(tmp_path, monkeypatch):
     """A full disk or unwritable cache root (CI once ran out of disk): load still works, from memory, with the same
     weights as the cached copy and one warning that names the cache and NANORAGEN_CACHE; nothing half-written stays."""
+    import warnings
+    from safetensors import SafetensorError
+
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("NANORAGEN_CACHE", str(blocker / "cache"))  # mkdir under a file: NotADirectoryError
     monkeypatch.setattr(policy, "_IN_MEMORY", {})
-    with pytest.warns(RuntimeWarning, match="cannot write the SmolLM2 cache.*NANORAGEN_CACHE"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         model, tok = policy.load("smollm2-135m")
-    tiny, tiny_tok = policy.load("tiny")  # the tokenizer from the same in-memory copy, no second dequantisation
+        tiny, tiny_tok = policy.load("tiny")  # the tokenizer from the same in-memory copy, no second dequantisation
+        model2, _ = policy.load("smollm2-135m")
+        half, _ = policy.load("smollm2-135m", dtype=torch.bfloat16)
+    [w] = [w for w in caught if issubclass(w.category, RuntimeWarning)]  # one warning, then the copy in memory
+    assert "cannot write the SmolLM2 cache" in str(w.message) and "NANORAGEN_CACHE" in str(w.message)
     assert tiny_tok.get_vocab() == tok.get_vocab() and tok.pad_token_id is not None and tok.chat_template
-    model2, _ = policy.load("smollm2-135m")
     assert model2 is not model and model2.model.embed_tokens.weight is not model.model.embed_tokens.weight
     with torch.no_grad():
         model2.model.embed_tokens.weight.add_(1.0)  # a load's weights are its own (training changes them in place)
+    third, _ = policy.load("smollm2-135m")
+    assert torch.equal(third.model.embed_tokens.weight, model.model.embed_tokens.weight)   # the kept copy is clean
+    assert half.model.embed_tokens.weight.dtype == torch.bfloat16 and half.lm_head.weight is half.model.embed_tokens.weight
+    assert half.model.rotary_emb.inv_freq.dtype == torch.float32                          # as from_pretrained
+    # a disk that fills while the weights are written: safetensors raises its own error, not an OSError
+    monkeypatch.setenv("NANORAGEN_CACHE", str(tmp_path / "full"))
+    monkeypatch.setattr(policy, "_IN_MEMORY", {})
+    real_save = type(model).save_pretrained
+
+    def full_disk(self, *a, **kw):
+        raise SafetensorError("I/O error: No space left on device (os error 28)")
+    monkeypatch.setattr(type(model), "save_pretrained", full_disk)
+    with pytest.warns(RuntimeWarning, match="No space left on device"):
+        policy.load("smollm2-135m")
+    assert list((tmp_path / "full").iterdir()) == []                                       # nothing half-written
+    monkeypatch.setattr(type(model), "save_pretrained", real_save)
     monkeypatch.delenv("NANORAGEN_CACHE")
     monkeypatch.setattr(policy, "_IN_MEMORY", {})
     cached, cached_tok = policy.load("smollm2-135m")  # the ordinary cache (built here if it is not yet)
