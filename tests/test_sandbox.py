@@ -412,6 +412,69 @@ except OSError as e:
     assert sandbox._remove_tree(str(stuck.parent)) is True and not stuck.parent.exists()
 
 
+# A program that switches the audit hook off from the traceback of a refused call (found by an attack on the
+# sandbox: the hook's closure, its private builtins and its event table are all reachable from that frame).
+DISABLE_HOOK = """
+try:
+    open('/x')
+except PermissionError as e:
+    tb = e.__traceback__
+    while tb.tb_next:
+        tb = tb.tb_next
+    f = tb.tb_frame
+    w = f.f_locals['where']
+    w.__closure__[w.__code__.co_freevars.index('scratch')].cell_contents = ''
+    f.f_builtins['bool'] = lambda x: False
+    f.f_locals['path_events'].clear()
+"""
+
+
+@needs_bwrap
+def test_with_the_hook_switched_off_the_kernel_caps_what_lands_and_nothing_reaches_the_host():
+    """The audit hook is a tripwire: the program above disables it. What bounds it then is the kernel: the scratch
+    dir and /tmp are tmpfs mounts of at most max_files x file_mb (16 MiB) inside the sandbox, so 40 files of 1 MiB
+    do not fit, the host disk sees none of it, and a tree 1,500 directories deep goes with the mount namespace."""
+    code = DISABLE_HOOK + """import os
+counts = []
+for where in ('.', '/tmp'):
+    n = 0
+    for i in range(40):
+        try:
+            with open(os.path.join(where, 'f%d' % i), 'wb') as fh:
+                fh.write(b'x' * ((1 << 20) - 4096))
+            n += 1
+        except OSError:
+            break
+    counts.append(n)
+for i in range(1500):
+    os.mkdir('d')
+    os.chdir('d')
+print(counts[0], counts[1], len(os.getcwd()))"""
+    out, err, r = bwrap1(code, audit=True)                        # bwrap1: scratch gone, no process left
+    assert err is None, err
+    here, tmp, depth = map(int, out.split())
+    assert 8 <= here <= 16                                        # the cap held (not 40), and writing worked at all
+    assert tmp <= 16 and (tmp == 0) == (os.geteuid() == 0)        # /tmp: capped too; a root trainer's is read-only
+    assert depth > 1500 * 2
+
+
+def test_cleanup_removes_trees_too_deep_for_rmtree(tmp_path):
+    """Process mode keeps the host scratch dir: a tree thousands of levels deep (RecursionError in Python 3.11's
+    rmtree, paths beyond PATH_MAX) with an unreadable directory inside is still removed, and reported as such."""
+    top = tmp_path / "scratch"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(3000):                                          # 3000 x "/dd" = 9000 chars > PATH_MAX (4096)
+        os.mkdir("dd", dir_fd=fd)
+        nxt = os.open("dd", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    os.mkdir("locked", dir_fd=fd)
+    os.chmod("locked", 0o000, dir_fd=fd)
+    os.close(fd)
+    assert sandbox._remove_tree(str(top)) is True and not top.exists()
+
+
 FORGED = [sandbox.REPORT_MARK + "[" * 200_000,                                      # RecursionError once
           sandbox.REPORT_MARK + json.dumps({"outputs": [["42"]], "errors": [None]}),    # AttributeError once
           sandbox.REPORT_MARK + json.dumps({"outputs": [42], "errors": [None]}),
