@@ -458,6 +458,17 @@ print(counts[0], counts[1], len(os.getcwd()))"""
     assert depth > 1500 * 2
 
 
+def test_the_write_budget_is_per_input():
+    """A correct program that writes 3 files per test passes all 6 tests (the hook's max_files = 16 counted once
+    for the whole evaluation used to fail tests 6 and on), and one input still cannot write more than 16."""
+    code = "import sys\nfor k in range(3):\n    open('data%d.txt' % k, 'w').write(sys.stdin.read() or 'x')\nprint('ok')"
+    r = sandbox.run(code, [str(i) for i in range(6)], "stdin", limits=FAST, isolation=ISO)
+    assert r.outputs == ["ok\n"] * 6, r.errors
+    greedy = "for k in range(20):\n    open('g%d' % k, 'w').write('x')\nprint('all')"
+    out, err, _ = run1(greedy)
+    assert out is None and "is not allowed" in err
+
+
 def test_cleanup_removes_trees_too_deep_for_rmtree(tmp_path):
     """Process mode keeps the host scratch dir: a tree thousands of levels deep (RecursionError in Python 3.11's
     rmtree, paths beyond PATH_MAX) with an unreadable directory inside is still removed, and reported as such."""
