@@ -153,7 +153,8 @@ def _make_guard(scratch, read_roots, max_files):
     denied = frozenset({"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                         "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "os.link", "os.symlink",
                         "os.setxattr", "os.removexattr", "resource.setrlimit", "resource.prlimit",
-                        "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.remote_exec"})
+                        "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.remote_exec",
+                        "os.unshare", "os.setns"})   # 3.12+; a root trainer's child has no --disable-userns
     denied_prefixes = ("socket.", "ctypes.", "_winapi.", "winreg.", "msvcrt.")
     denied_imports = frozenset({"_posixsubprocess", "_ctypes"})       # subprocess, multiprocessing, ctypes
     # event -> (indices of path arguments, indices of dir_fd arguments, modifies the file system)
