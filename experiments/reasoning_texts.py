@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import re
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))       # the project's modules live at the root
+from runlog import read_jsonl  # noqa: E402
 
 THINK = re.compile(r"<think>(.*?)</think>", re.S)
 PLACEHOLDER = re.compile(r"\[\s*your\b", re.I)      # "[Your thoughts]", "[your reasoning] ...", "[ Your answer ]"
@@ -50,17 +53,6 @@ def summarise(samples: list[dict], lo: int, hi: int) -> dict:
             "most_common_count": count}
 
 
-def read_samples(run_dir: Path) -> list[dict]:
-    """The parsable rows of run_dir/samples.jsonl (a torn last line is skipped, as runlog does)."""
-    rows = []
-    for line in (run_dir / "samples.jsonl").read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 def parse_steps(text: str) -> tuple[int, int]:
     lo, sep, hi = text.partition(":")
     if not sep or not lo.strip().lstrip("-").isdigit() or not hi.strip().isdigit() or int(lo) >= int(hi):
@@ -81,7 +73,7 @@ def main(argv=None) -> list[dict]:
     print("|---|---|---|---|---|---|")
     out = []
     for r in a.runs:
-        s = {"run": Path(r).name, **summarise(read_samples(Path(r)), lo, hi)}
+        s = {"run": Path(r).name, **summarise(read_jsonl(Path(r) / "samples.jsonl"), lo, hi)}
         text = s["most_common"].replace("|", "\\|").replace("\n", " ")
         print(f"| {s['run']} | {s['samples']} | {s['placeholder']} | {s['distinct']} | {s['no_think']} | "
               f"{text[:50]}{'...' if len(text) > 50 else ''} ({s['most_common_count']}) |")
