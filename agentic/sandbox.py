@@ -16,7 +16,8 @@ The layers, outermost first (the official harness has none of them: no limits, t
      else one on PATH). The child sees a tmpfs root with only the system libraries (/usr/lib, /lib64), the real
      interpreter and its stdlib read-only (site-packages hidden under an empty tmpfs), its own /proc and a
      minimal /dev, and no writable host path at all: the scratch dir (the cwd) and /tmp are tmpfs mounts of the
-     sandbox, at most `max_files` x `file_mb` each (the kernel's cap on the total; gone with the sandbox, so
+     sandbox, at most `max_files` x `file_mb` each (the kernel's cap on the total; for a root trainer the scratch
+     tmpfs also has at most `max_inodes` inodes, see _MOUNT_SCRIPT; gone with the sandbox, so
      nothing the child writes reaches the host disk); no checkout, no hidden tests, no /proc of the trainer. New pid, network, ipc, uts and cgroup namespaces (`--die-with-parent`,
      `--new-session`, `--clearenv`): no network at all, and killing bwrap ends every descendant, setsid() or not.
      A root trainer gets no user namespace (it would map the child to uid 0 outside, which exempts it from
@@ -63,11 +64,12 @@ What it does NOT protect against:
     /proc/self/mountinfo); under bwrap the child may write up to `max_files` x `file_mb` in each of its two tmpfs
     mounts (host memory while it runs); in process mode the audit hook alone counts files in the host scratch
     dir, and a program that disables it may fill the disk there up to RLIMIT_FSIZE per file until the wall clock.
-  * CPU time and memory of the host while it runs (no cgroup), and timing side channels. Kernel memory too: the
-    tmpfs `--size` caps data, not inodes, so a program that disables the hook can create about 130 MiB/s of
-    directory entries (measured: 292k directories, +364 MiB of slab in 2.3 s), freed when the sandbox ends;
-    bounded by the wall clock (default 3 s) and the tmpfs's default inode limit. A cgroup with `memory.max` per
-    sandbox, or a tmpfs with `nr_inodes`, would close it (bubblewrap 0.11 passes neither).
+  * CPU time and memory of the host while it runs (no cgroup), and timing side channels. Kernel memory: tmpfs
+    `--size` caps data, not inodes (a program that disabled the hook once made 292k directories, +364 MiB of slab,
+    in 2.3 s). A root trainer mounts the scratch tmpfs itself with `nr_inodes=max_inodes` in a private mount
+    namespace (`scratch_mount_tools`, `_MOUNT_SCRIPT`), and its /tmp is not writable by the child; a non-root
+    trainer (or one without util-linux's unshare/mount) keeps bwrap's tmpfs mounts, whose inode count only the
+    kernel's default limit and the wall clock (default 3 s) bound. A cgroup with `memory.max` would close that.
   * A forged report inside the child: the program shares the interpreter with the harness, so it can print what
     it likes. It can only report outputs it computed itself; the expected outputs are never in the child.
   * With isolation="process": none of layer 0 (as root without `user=`: RLIMIT_NPROC is not enforced, /proc of
@@ -107,13 +109,15 @@ class Limits:
     file_mb: int = 1                # RLIMIT_FSIZE: largest file the child may write (its stdout included)
     max_files: int = 16             # opens-for-writing + mkdirs per input in the scratch dir (audit hook); under
     #                                 bwrap also the scratch tmpfs's size in file_mb units (the kernel's total cap)
+    max_inodes: int = 1024          # under bwrap, root trainer: the scratch tmpfs's nr_inodes (files + directories
+    #                                 in total: the kernel's cap on what they cost in kernel memory)
     nofile: int = 32                # RLIMIT_NOFILE
     output_chars: int = 8192        # captured output kept per input
 
     def __post_init__(self):
         if not (isinstance(self.wall_s, (int, float)) and not isinstance(self.wall_s, bool) and self.wall_s > 0):
             raise ValueError(f"wall_s must be a number > 0, got {self.wall_s!r}")
-        for name in ("cpu_s", "memory_mb", "file_mb", "max_files", "nofile", "output_chars"):
+        for name in ("cpu_s", "memory_mb", "file_mb", "max_files", "max_inodes", "nofile", "output_chars"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -345,12 +349,51 @@ def _interpreter(python: str) -> dict:
             "hide": sorted({os.path.realpath(d) for d in info["hide"] if d and os.path.isdir(d)})}
 
 
-def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int, cap_bytes: int) -> list:
+# A root trainer mounts the scratch tmpfs itself, in a private mount namespace of the process that then becomes
+# bwrap (unshare(1) without --fork, then exec: the same pid, so killing it and --die-with-parent work as before),
+# because only mount(8) passes `nr_inodes` (bubblewrap 0.11's --tmpfs takes a size and a mode, no inode limit).
+# The mount is invisible to the host and goes with the namespace. $1 = mount options, $2 = the scratch dir.
+_MOUNT_SCRIPT = '{mount} -t tmpfs -o "$1" nanoragen-scratch "$2" && shift 2 && exec "$@"'
+
+
+@functools.lru_cache(maxsize=None)
+def scratch_mount_tools() -> tuple | None:
+    """(unshare, mount, sh) when this trainer can mount the scratch tmpfs with an inode cap (root, util-linux's
+    unshare and mount present, a probe mount works), else None: the scratch dir is then bwrap's own --tmpfs, its
+    size capped but its inode count only by the tmpfs default (see the module docstring). Checked once."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        return None
+    tools = (shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin"),
+             shutil.which("mount", path="/usr/bin:/bin:/usr/sbin:/sbin"), "/bin/sh")
+    if None in tools or not os.access(tools[2], os.X_OK):
+        return None
+    probe = tempfile.mkdtemp(prefix="nanoragen-mount-probe-")
+    try:
+        r = subprocess.run(_scratch_mount_argv(tools, probe, 65536, 8) + [tools[2], "-c", "test -d /proc/self"],
+                           env={}, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        return tools if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        os.rmdir(probe)
+
+
+def _scratch_mount_argv(tools: tuple, scratch: str, cap_bytes: int, max_inodes: int) -> list:
+    """The prefix that runs the rest of the command line with a tmpfs of at most `cap_bytes` and `max_inodes`
+    inodes mounted on `scratch`, in a mount namespace of its own (see _MOUNT_SCRIPT)."""
+    unshare, mount, sh = tools
+    return [unshare, "--mount", "--propagation", "private", sh, "-c", _MOUNT_SCRIPT.format(mount=mount), "sh",
+            f"size={cap_bytes},nr_inodes={max_inodes},mode=0777", scratch]
+
+
+def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int, cap_bytes: int,
+                scratch_mounted: bool = False) -> list:
     """The bubblewrap command line: nothing of the host but the system libraries, the interpreter and its stdlib
     (read-only, site-packages hidden); the scratch dir (the cwd) and /tmp are tmpfs mounts of at most `cap_bytes`
     each, inside the sandbox; new pid / net / ipc / uts / cgroup namespaces, no capabilities, no environment. A
     root trainer keeps CAP_SETUID/SETGID for the harness, which drops to uid/gid before reading its payload;
-    otherwise a user namespace maps the trainer to uid/gid."""
+    otherwise a user namespace maps the trainer to uid/gid. scratch_mounted: `scratch` already is a capped tmpfs
+    (_scratch_mount_argv), bound in as it is, instead of a --tmpfs of bwrap's."""
     interp, project = _interpreter(python), os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     for d in interp["dirs"]:
         if project == d or project.startswith(d + os.sep):
@@ -381,8 +424,9 @@ def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int, cap_b
             argv += ["--tmpfs", d, "--remount-ro", d]
     # the scratch dir is a tmpfs of the sandbox's own (the host's directory is only its name): what the child
     # writes is capped in total by the kernel, never reaches the host disk, and goes with the mount namespace
-    argv += ["--perms", "0777", "--size", str(cap_bytes), "--tmpfs", scratch, "--chdir", scratch, "--",
-             interp["exe"], "-I", "-S", "-B", "-c", HARNESS]
+    argv += (["--bind", scratch, scratch] if scratch_mounted else
+             ["--perms", "0777", "--size", str(cap_bytes), "--tmpfs", scratch])
+    argv += ["--chdir", scratch, "--", interp["exe"], "-I", "-S", "-B", "-c", HARNESS]
     return argv + ([str(uid), str(gid)] if os.geteuid() == 0 else [])
 
 
@@ -578,15 +622,17 @@ def run(code: str, inputs: list, mode: str, func_name: str | None = None, limits
             os.chown(work, ids["user"], ids["group"])
         with open(paths["payload"], "w", encoding="utf-8") as f:
             json.dump(payload, f)
+        info_r, info_w = os.pipe() if isolation == "bwrap" else (None, None)
         if isolation == "bwrap":
+            cap, tools = limits.max_files * limits.file_mb * mib, scratch_mount_tools()
             argv = _bwrap_argv(bwrap_path(), python, work, ids.get("user", NOBODY), ids.get("group", NOBODY),
-                               limits.max_files * limits.file_mb * mib)
+                               cap, scratch_mounted=tools is not None)
+            argv[1:1] = ["--info-fd", str(info_w)]                 # bwrap writes the sandbox's pid 1 here
+            if tools is not None:                                  # root: the scratch tmpfs gets an inode cap too
+                argv = _scratch_mount_argv(tools, work, cap, limits.max_inodes) + argv
             popen = {}                                             # the harness drops root itself (see _bwrap_argv)
         else:
             argv, popen = [python, "-I", "-S", "-B", "-c", HARNESS], dict(cwd=work, **ids)
-        info_r, info_w = os.pipe() if isolation == "bwrap" else (None, None)
-        if info_w is not None:                                     # bwrap writes the sandbox's pid 1 here
-            argv[1:1] = ["--info-fd", str(info_w)]
         start = time.monotonic()
         try:
             with open(paths["payload"], "rb") as fin, open(paths["out"], "wb") as fout, \

@@ -3,7 +3,8 @@
 What it measures: wall seconds of `sandbox.run` for a 6-input evaluation (a function problem and a stdin problem,
 the reference solutions of deepcoder_problems.py), median and 90th percentile over --runs runs per setting:
 isolation="process" (a fresh `python -I -S` child under rlimits + audit hook) and isolation="bwrap" (the same child
-inside bubblewrap's namespaces). Leaves out: the model, the trainer's load (run it on an idle machine), batching.
+inside bubblewrap's namespaces; for a root trainer with the inode-capped scratch mount, also "bwrap-tmpfs": the same
+without it, bwrap's own --tmpfs, to price the extra unshare + mount). Leaves out: the model, the trainer's load (run it on an idle machine), batching.
 Run: `python bench/sandbox.py --runs 30`; it prints a markdown table (docs/sandbox.md keeps the measured numbers).
 """
 from __future__ import annotations
@@ -33,7 +34,18 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def time_runs(problem: dict, isolation: str, runs: int) -> list:
+def time_runs(problem: dict, setting: str, runs: int) -> list:
+    isolation = setting.split("-")[0]
+    tools = sandbox.scratch_mount_tools
+    if setting == "bwrap-tmpfs":                                       # the scratch dir as bwrap's own --tmpfs
+        sandbox.scratch_mount_tools = lambda: None
+    try:
+        return _time_runs(problem, isolation, runs)
+    finally:
+        sandbox.scratch_mount_tools = tools
+
+
+def _time_runs(problem: dict, isolation: str, runs: int) -> list:
     tests = deepcoder.all_tests(problem)[:6]
     inputs = [inp for inp, _ in tests]
     times = []
@@ -53,7 +65,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs must be >= 1")
-    isolations = ["process"] + ([] if sandbox._probe(sys.executable) else ["bwrap"])
+    isolations = ["process"] + ([] if sandbox._probe(sys.executable) else
+                                ["bwrap"] + (["bwrap-tmpfs"] if sandbox.scratch_mount_tools() else []))
     problems = [next(p for p in PROBLEMS if p["kind"] == kind and len(deepcoder.all_tests(p)) >= 6)
                 for kind in ("function", "stdin")]
     print(f"CPU: {cpu_name()} ({os.cpu_count()} cores), Python {platform.python_version()}, "

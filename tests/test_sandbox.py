@@ -433,7 +433,8 @@ except PermissionError as e:
 def test_with_the_hook_switched_off_the_kernel_caps_what_lands_and_nothing_reaches_the_host():
     """The audit hook is a tripwire: the program above disables it. What bounds it then is the kernel: the scratch
     dir and /tmp are tmpfs mounts of at most max_files x file_mb (16 MiB) inside the sandbox, so 40 files of 1 MiB
-    do not fit, the host disk sees none of it, and a tree 1,500 directories deep goes with the mount namespace."""
+    do not fit, the host disk sees none of it, and a tree 1,000 directories deep (within the 1,024 inodes a root
+    trainer's scratch tmpfs has, the test below) goes with the mount namespace."""
     code = DISABLE_HOOK + """import os
 counts = []
 for where in ('.', '/tmp'):
@@ -446,7 +447,7 @@ for where in ('.', '/tmp'):
         except OSError:
             break
     counts.append(n)
-for i in range(1500):
+for i in range(1000):
     os.mkdir('d')
     os.chdir('d')
 print(counts[0], counts[1], len(os.getcwd()))"""
@@ -455,7 +456,39 @@ print(counts[0], counts[1], len(os.getcwd()))"""
     here, tmp, depth = map(int, out.split())
     assert 8 <= here <= 16                                        # the cap held (not 40), and writing worked at all
     assert tmp <= 16 and (tmp == 0) == (os.geteuid() == 0)        # /tmp: capped too; a root trainer's is read-only
-    assert depth > 1500 * 2
+    assert depth > 1000 * 2
+
+
+INODE_FLOOD = DISABLE_HOOK + """import errno, os
+n = 0
+try:
+    while n < 300000:
+        os.mkdir('d%d' % n)
+        n += 1
+except OSError as e:
+    print(n, errno.errorcode[e.errno])
+else:
+    print(n, 'none')"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(sandbox.scratch_mount_tools() is None, reason="the inode cap needs a root trainer with unshare(1)"
+                    " and mount(8); without it the scratch tmpfs has the kernel's default inode limit (documented)")
+def test_with_the_hook_switched_off_the_scratch_inode_count_is_capped_and_the_mount_stays_private():
+    """tmpfs --size caps bytes, not inodes: 292k empty directories once cost the host +364 MiB of kernel memory in
+    2.3 s. A root trainer's scratch tmpfs is mounted with nr_inodes = max_inodes, so the flood stops with ENOSPC
+    at max_inodes - 1 (the root directory is one), the sandbox still reports, and the host's mount table never
+    shows the mount (it lives in a private mount namespace)."""
+    before = open("/proc/self/mountinfo").read()
+    for cap in (1024, 100):
+        limits = sandbox.Limits(wall_s=20.0, cpu_s=10, max_inodes=cap)
+        out, err, r = bwrap1(INODE_FLOOD, audit=True, limits=limits)
+        assert err is None and out.split() == [str(cap - 1), "ENOSPC"], (out, err, r.detail)
+        assert r.scratch not in open("/proc/self/mountinfo").read()
+    assert "nanoragen-scratch" not in before + open("/proc/self/mountinfo").read()
+    ok = sandbox.run("import os\nos.mkdir('a')\nopen('a/b', 'w').write('x')\nprint(sorted(os.listdir('.')))",
+                     [""], "stdin", limits=FAST, isolation="bwrap")
+    assert ok.outputs == ["['a']\n"], ok.errors                   # an ordinary program still writes its files
 
 
 def test_the_write_budget_is_per_input():
