@@ -203,6 +203,13 @@ def _cached_scores(model, prompts, reasonings, rows, temperature, device, micro_
     return L_seq
 
 
+def _distinct(seqs: list) -> tuple:
+    """(the distinct sequences in first-seen order, index of each input in them)."""
+    first = {}
+    index = [first.setdefault(tuple(q), len(first)) for q in seqs]
+    return [list(q) for q in first], torch.tensor(index, dtype=torch.long)
+
+
 @torch.no_grad()
 def cross_log_probs(model, prompts, reasonings, *, micro_batch: int = 32, prompt_batch: int = 8,
                     naive: bool = False, temperature: float = 1.0):
@@ -210,8 +217,8 @@ def cross_log_probs(model, prompts, reasonings, *, micro_batch: int = 32, prompt
 
     L_seq[i, j] = sum_t log q(z_i[t] | x_j, z_i[:t]) (teacher forcing, temperature-scaled softmax in fp32);
     L_tok = L_seq / max(|z_i|, 1).  An empty reasoning gets 0 (length 0) and costs nothing.  naive=True runs
-    one full forward per pair (the reference for tests); otherwise each prompt is encoded once and reused
-    through its KV cache (see `_cached_scores`).  Works under bf16 autocast (the caller's `policy.autocast`);
+    one full forward per pair (the reference for tests); otherwise each distinct prompt is encoded once and
+    reused through its KV cache (see `_cached_scores`), and repeated prompts / reasonings are scored once.  Works under bf16 autocast (the caller's `policy.autocast`);
     the model should be in eval mode.  micro_batch = (prompt, reasoning) pairs per forward; prompt_batch =
     prompts encoded together (sorted by length, right-padded).
     """
@@ -229,7 +236,13 @@ def cross_log_probs(model, prompts, reasonings, *, micro_batch: int = 32, prompt
     elif naive:
         L_seq = _naive_scores(model, prompts, reasonings, rows, temperature, device)
     else:
-        L_seq = _cached_scores(model, prompts, reasonings, rows, temperature, device, micro_batch, prompt_batch)
+        # Score each distinct prompt and reasoning once, then copy: trajectory-uniform pairs repeat both (turn-1
+        # contexts of one group are one prompt; draws are with replacement), so about 40 % of the M x N pairs of
+        # a 4 x 8 x 3-turn batch are repeats. log q(z | x) depends on the tokens alone, so this is the same matrix.
+        (up, col), (uz, row) = _distinct(prompts), _distinct(reasonings)
+        L_u = _cached_scores(model, up, uz, [k for k, z in enumerate(uz) if z], temperature, device, micro_batch,
+                             prompt_batch)                                # (distinct M, distinct N)
+        L_seq = L_u[row][:, col]                                          # (M, N)
     n = torch.tensor([max(len(z), 1) for z in reasonings], dtype=torch.float64)
     return L_seq / n[:, None], L_seq
 
@@ -245,7 +258,8 @@ def mi_report(model, trajs, *, family: str, num_samples, rng: np.random.Generato
     """Unprefixed metrics of one family ("first_turn" | "trajectory") scored by `model` at `temperature`
     (train.py passes the rollout temperature, as the reference scores with the sampling distribution).
 
-    Keys: num_total, num_valid, valid_thinking_rate, num_pairs (sampling, always present), then the
+    Keys: num_total, num_valid, valid_thinking_rate, num_pairs, num_distinct_pairs (distinct non-empty
+    reasonings x distinct prompts: the (z, x) pairs actually scored) (sampling, always present), then the
     collapse_metrics keys (+ permutation-null keys if n_perm > 0, + time_s), prefixed "<scorer_name>/"
     unless scorer_name == "policy".  To log policy and frozen scorers side by side on the *same* pairs,
     sample once (`FAMILIES[family](trajs, num_samples, rng)`) and pass `pairs=` to both calls.
@@ -265,7 +279,9 @@ def mi_report(model, trajs, *, family: str, num_samples, rng: np.random.Generato
     if pairs is None:
         pairs = FAMILIES[family](trajs, num_samples, rng)
     out = {"num_total": float(pairs.num_total), "num_valid": float(pairs.num_valid),
-           "valid_thinking_rate": float(pairs.valid_thinking_rate), "num_pairs": float(len(pairs.reasonings))}
+           "valid_thinking_rate": float(pairs.valid_thinking_rate), "num_pairs": float(len(pairs.reasonings)),
+           "num_distinct_pairs": float(len({tuple(z) for z in pairs.reasonings if z}) *
+                                       len({tuple(x) for x in pairs.prompts}))}       # what cross-scoring costs
     if len(pairs.prompts) < 2 or not pairs.reasonings:
         return out                                                      # N < 2: nothing to compare
     import policy                                   # deferred: keeps the metric half free of model code

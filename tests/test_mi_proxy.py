@@ -357,6 +357,25 @@ def test_cached_scores_equal_naive_path(tiny):
     assert torch.allclose(t_naive, t_cached, atol=1e-4, rtol=0) and not torch.allclose(t_naive, ref_seq[:4, :2])
 
 
+def test_repeated_prompts_and_reasonings_are_scored_once_with_the_same_matrix(tiny, monkeypatch):
+    """Trajectory-uniform pairs repeat prompts (a group's turn-1 context) and whole pairs (draws with
+    replacement): each distinct one is scored once and copied, and the matrix equals the naive path's, which
+    scores every pair on its own (so a copy into the wrong row or column fails here)."""
+    rng = np.random.default_rng(3)
+    P, Z = [ids(rng, n) for n in (11, 4, 19)], [ids(rng, n) for n in (6, 9, 3, 14)]
+    prompts = [P[0], P[1], P[0], P[2], P[1], P[0]]                         # 6 columns, 3 distinct
+    reasonings = [Z[0], Z[1], Z[0], [], Z[2], Z[3], Z[1]]                   # 7 rows, 4 distinct + an empty one
+    ref_tok, ref_seq = mp.cross_log_probs(tiny, prompts, reasonings, naive=True)
+    seen = []
+    real = mp._cached_scores
+    monkeypatch.setattr(mp, "_cached_scores", lambda m, p, z, *a: seen.append((len(p), len(z))) or real(m, p, z, *a))
+    tok, seq = mp.cross_log_probs(tiny, prompts, reasonings, micro_batch=3, prompt_batch=2)
+    assert seen == [(3, 5)]                                                 # distinct prompts x distinct reasonings
+    assert torch.allclose(seq, ref_seq, atol=1e-4, rtol=0) and torch.allclose(tok, ref_tok, atol=1e-4, rtol=0)
+    assert (seq[:, 0] == seq[:, 2]).all() and (seq[0] == seq[2]).all() and (seq[3] == 0).all()
+    assert not torch.allclose(seq[:, 0], seq[:, 1]) and not torch.allclose(seq[0], seq[1])
+
+
 def test_cached_scores_match_policy_token_logprobs(tiny):
     """A second, independent reference: policy.token_logprobs on the right-padded [x_j | z_i] batch."""
     import policy
@@ -416,7 +435,8 @@ def test_mi_report_keys_prefix_and_shared_pairs(tiny):
     assert traj["num_total"] == 18 and traj["n_rows"] == traj["n_cols"] == traj["num_pairs"]
     one_group = [t for t in trajs if t.group == 0]
     out = mp.mi_report(tiny, one_group, family="first_turn", num_samples=8, rng=rng, ema=ema)
-    assert out == {"num_total": 3.0, "num_valid": 2.0, "valid_thinking_rate": 2 / 3, "num_pairs": 2.0}
+    assert out == {"num_total": 3.0, "num_valid": 2.0, "valid_thinking_rate": 2 / 3, "num_pairs": 2.0,
+                   "num_distinct_pairs": 2.0}
     with pytest.raises(ValueError, match="family"):
         mp.mi_report(tiny, trajs, family="turn", num_samples=8, rng=rng, ema=None)
 
