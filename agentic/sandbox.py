@@ -121,6 +121,8 @@ class Limits:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.max_inodes >= 1 << 32:                             # tmpfs nr_inodes wraps (2**64 = unlimited)
+            raise ValueError(f"max_inodes must be < 2**32, got {self.max_inodes!r}")
 
 
 @dataclass
@@ -405,6 +407,7 @@ def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int, cap_b
         argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         argv += ["--unshare-user", "--disable-userns", "--uid", str(uid), "--gid", str(gid), "--cap-drop", "ALL"]
+    argv += ["--perms", "0755", "--dir", "/usr"]  # else bwrap creates it 0700 and uid 65534 loads no libz / libffi
     for d in ("/usr/lib", "/usr/lib64", "/lib", "/lib64"):       # libc and the loader (merged /usr: symlinks)
         if os.path.islink(d):
             argv += ["--symlink", os.readlink(d), d]

@@ -558,3 +558,20 @@ def test_fail_closed_when_bubblewrap_is_missing(monkeypatch):
         sandbox._probe.cache_clear()
     with pytest.raises(ValueError, match="isolation"):
         sandbox.check_isolation("container")
+
+
+@needs_bwrap
+def test_stdlib_modules_with_shared_libraries_load_as_the_dropped_user():
+    """/usr used to be created 0700 inside the sandbox, so uid 65534 could load no libz / libffi: `import base64`
+    (binascii -> zlib) failed and a correct solution scored 0."""
+    code = "import base64, zlib, json\nprint(base64.b64encode(zlib.compress(b'ab')).decode()[:4], json.dumps([1]))"
+    out, err, _ = bwrap1(code)
+    assert err is None and out.split() == ["eJxL", "[1]"], err
+
+
+def test_max_inodes_must_fit_the_kernels_counter():
+    """nr_inodes is parsed modulo 2**64 (2**64 = no limit at all): refused before anything runs."""
+    for bad in (1 << 32, 1 << 64, 0, True, 2.5):
+        with pytest.raises(ValueError, match="max_inodes"):
+            sandbox.Limits(max_inodes=bad)
+    assert sandbox.Limits(max_inodes=(1 << 32) - 1).max_inodes == (1 << 32) - 1
