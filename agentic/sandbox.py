@@ -48,7 +48,8 @@ The layers, outermost first (the official harness has none of them: no limits, t
      name one file to the hook and another to the kernel). It runs with a private copy of the builtins and of
      posixpath over a snapshot of os/stat, so patching `builtins.isinstance` or `os.fspath` does not blind it
      (editing the hook's own frame does);
-     `os.mkfifo` / `os.mknod` (no audit event) are removed. A refused call raises PermissionError (ImportError for
+     `os.mkfifo` / `os.mknod` / `os.memfd_create` (no audit event; a memfd is an executable file a written
+     extension module can be loaded from, where the root trainer's scratch mount is noexec) are removed. A refused call raises PermissionError (ImportError for
      `import subprocess` / `ctypes`) inside the program, so its test fails.
   5. The parent never trusts the child: `parse_report` takes the last report marker, at most MAX_REPORT_CHARS,
      and accepts exactly {"outputs": [...], "errors": [...]} with n entries of str or None; anything else (forged,
@@ -250,7 +251,8 @@ def _harness():
         guard, refill = make_guard(os.path.realpath(os.getcwd()), read_roots, payload["max_files"])
         sys.addaudithook(guard)
         import posix
-        for name in ("mkfifo", "mknod"):                           # no audit event: removed (a tripwire only)
+        for name in ("mkfifo", "mknod", "memfd_create"):           # no audit event: removed (a tripwire only;
+            #                                                        memfd: an executable file for a written .so)
             for module in (os, posix):
                 if hasattr(module, name):
                     delattr(module, name)
@@ -385,7 +387,7 @@ def _scratch_mount_argv(tools: tuple, scratch: str, cap_bytes: int, max_inodes: 
     inodes mounted on `scratch`, in a mount namespace of its own (see _MOUNT_SCRIPT)."""
     unshare, mount, sh = tools
     return [unshare, "--mount", "--propagation", "private", sh, "-c", _MOUNT_SCRIPT.format(mount=mount), "sh",
-            f"size={cap_bytes},nr_inodes={max_inodes},mode=0777", scratch]
+            f"size={cap_bytes},nr_inodes={max_inodes},mode=0777,noexec", scratch]
 
 
 def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int, cap_bytes: int,

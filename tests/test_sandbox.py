@@ -575,3 +575,32 @@ def test_max_inodes_must_fit_the_kernels_counter():
         with pytest.raises(ValueError, match="max_inodes"):
             sandbox.Limits(max_inodes=bad)
     assert sandbox.Limits(max_inodes=(1 << 32) - 1).max_inodes == (1 << 32) - 1
+
+
+WRITTEN_EXTENSION = """import importlib.util, array, os
+name = os.path.basename(array.__file__)
+open(name, 'wb').write(open(array.__file__, 'rb').read())
+try:
+    importlib.util.module_from_spec(importlib.util.spec_from_file_location('array', os.path.abspath(name)))
+    print('loaded')
+except ImportError as e:
+    print('refused', 'failed to map segment' in str(e))"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(sandbox.scratch_mount_tools() is None, reason="the noexec scratch mount needs a root trainer")
+def test_native_code_written_to_the_scratch_dir_cannot_be_loaded():
+    """A program that writes a compiled extension module and imports it gets raw syscalls past the audit hook
+    (an attack found it: SysV shm beyond RLIMIT_AS, its own namespaces and mounts, host keyrings). The root
+    trainer's scratch tmpfs is mounted noexec, so the loader cannot map it (here: a copy of the stdlib's own
+    `array` extension, which loads fine from its real path)."""
+    out, err, _ = bwrap1(WRITTEN_EXTENSION, limits=sandbox.Limits(wall_s=20.0, cpu_s=5, file_mb=4))
+    assert err is None and out == "refused True\n", (out, err)
+    via_memfd = """import importlib.machinery, importlib.util, array, os
+fd = os.memfd_create('x')
+os.write(fd, open(array.__file__, 'rb').read())
+loader = importlib.machinery.ExtensionFileLoader('array', '/proc/self/fd/%d' % fd)
+importlib.util.module_from_spec(importlib.util.spec_from_loader('array', loader))
+print('loaded')"""
+    out, err, _ = bwrap1(via_memfd, limits=sandbox.Limits(wall_s=20.0, cpu_s=5, file_mb=4))
+    assert out is None and "memfd_create" in err                   # the hook's tripwire: os.memfd_create is gone
