@@ -23,7 +23,10 @@ The layers, outermost first (the official harness has none of them: no limits, t
      A root trainer gets no user namespace (it would map the child to uid 0 outside, which exempts it from
      RLIMIT_NPROC): bwrap keeps only CAP_SETUID/CAP_SETGID and the harness drops to uid/gid 65534 (or `user=`)
      before it reads anything, which clears every capability; no_new_privs is set. A non-root trainer runs it in a
-     user namespace (`--disable-userns`), all capabilities dropped. `check_isolation` probes it once; where it
+     user namespace (`--disable-userns`), all capabilities dropped. bwrap installs seccomp.py's filter
+     (`--seccomp FD`) just before it runs the interpreter: namespaces, mounts, keyrings, SysV IPC, io_uring, bpf,
+     memfd, ptrace, ... are refused by the kernel (EPERM), so native code (ctypes past the hook, a loaded
+     extension) cannot reach them either. `check_isolation` probes it once; where it
      cannot start (not Linux, no namespaces, no bwrap) "bwrap" raises one ValueError naming isolation="process"
      (layers 1-5 alone), which must be asked for explicitly: no silent downgrade.
   1. Process: `python -I -S -B -c <harness>` (isolated mode: no PYTHON* variables, no user site, no script dir on
@@ -43,7 +46,8 @@ The layers, outermost first (the official harness has none of them: no limits, t
      that reaches the hook's frame, e.g. through the traceback of a refused call, can rewrite its state and
      switch it off; layers 0-3 bound what it can do then): `open`, `os.listdir`, ... only
      inside the scratch dir (reads also inside the stdlib, which `import` needs), at most `max_files` opens for
-     writing; refused: fork/exec/`os.system`/`subprocess`/spawn, `os.kill`, sockets, ctypes, links,
+     writing; refused: fork/exec/`os.system`/`subprocess`/spawn, `os.kill`, sockets, ctypes (also an extension
+     loaded under another name: `x._ctypes` is refused like `_ctypes`), links,
      `resource.setrlimit`, gc introspection, and paths that are not exact str/bytes/int (a path-like object can
      name one file to the hook and another to the kernel). It runs with a private copy of the builtins and of
      posixpath over a snapshot of os/stat, so patching `builtins.isinstance` or `os.fspath` does not blind it
@@ -58,9 +62,9 @@ The layers, outermost first (the official harness has none of them: no limits, t
   process mode Popen `user=`, which needs an interpreter that user can execute, e.g. python="/usr/bin/python3").
 
 What it does NOT protect against:
-  * Kernel bugs: bubblewrap relies on the kernel's namespaces; a kernel exploit from inside escapes it. There is
-    no seccomp filter (the child may call any syscall, e.g. create its own user namespace when the host allows
-    unprivileged ones and the trainer is root), and no Landlock ruleset.
+  * Kernel bugs: bubblewrap relies on the kernel's namespaces; a kernel exploit from inside escapes it. The seccomp
+    filter is a deny list (seccomp.py says why), so the calls it leaves (file, memory, signals within the sandbox,
+    ioctl) remain kernel attack surface; there is no Landlock ruleset. In process mode there is no filter at all.
   * What is bound in: the system libraries and the interpreter's stdlib are readable (and their paths visible in
     /proc/self/mountinfo); under bwrap the child may write up to `max_files` x `file_mb` in each of its two tmpfs
     mounts (host memory while it runs); in process mode the audit hook alone counts files in the host scratch
@@ -76,7 +80,7 @@ What it does NOT protect against:
   * With isolation="process": none of layer 0 (as root without `user=`: RLIMIT_NPROC is not enforced, /proc of
     the trainer, the checkout and the network are reachable by a program that gets around the hook).
 Run: imported by deepcoder.py; tests in tests/test_sandbox.py (ordinary programs, hostile ones, and the issue-22
-attacks against the boundary); cost per evaluation: `python bench/sandbox.py`; more in docs/sandbox.md.
+attacks against the boundary) and tests/test_seccomp.py (the filter); cost per evaluation: `python bench/sandbox.py`; more in docs/sandbox.md.
 """
 from __future__ import annotations
 
@@ -92,6 +96,8 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+
+from agentic import seccomp
 
 MODES = ("function", "stdin")
 MAX_INPUT_BYTES = 16_384            # stdin text goes through a pipe, filled before the program runs
@@ -193,7 +199,9 @@ def _make_guard(scratch, read_roots, max_files):
         nonlocal writes_left
         if event in denied or event.startswith(denied_prefixes):
             raise PermissionError(f"sandbox: {event} is not allowed")
-        if event == "import" and args[0] in denied_imports:
+        # the last component: an extension module's init function is named after it, so 'x._ctypes' loaded
+        # from _ctypes' file (importlib.util.spec_from_file_location) is _ctypes under another name
+        if event == "import" and (type(args[0]) is not str or args[0].rpartition(".")[2] in denied_imports):
             raise ImportError(f"sandbox: import {args[0]} is not allowed")
         if event == "open":
             path, _, flags = args[:3]
@@ -435,6 +443,21 @@ def _bwrap_argv(bwrap: str, python: str, scratch: str, uid: int, gid: int, cap_b
     return argv + ([str(uid), str(gid)] if os.geteuid() == 0 else [])
 
 
+def _filter_fd() -> int:
+    """A readable descriptor holding seccomp.program() (a pipe, closed for writing), for `bwrap --seccomp`."""
+    prog = seccomp.program()
+    r, w = os.pipe()
+    try:
+        if os.write(w, prog) != len(prog):       # ~600 bytes: far below a pipe's buffer
+            raise OSError("seccomp: short write of the filter")
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    return r
+
+
 def _ancestors(path: str) -> list:
     """'/a/b/c' -> ['/a', '/a/b']."""
     parts = path.strip(os.sep).split(os.sep)[:-1]
@@ -628,11 +651,12 @@ def run(code: str, inputs: list, mode: str, func_name: str | None = None, limits
         with open(paths["payload"], "w", encoding="utf-8") as f:
             json.dump(payload, f)
         info_r, info_w = os.pipe() if isolation == "bwrap" else (None, None)
+        filter_fd = _filter_fd() if isolation == "bwrap" else None
         if isolation == "bwrap":
             cap, tools = limits.max_files * limits.file_mb * mib, scratch_mount_tools()
             argv = _bwrap_argv(bwrap_path(), python, work, ids.get("user", NOBODY), ids.get("group", NOBODY),
                                cap, scratch_mounted=tools is not None)
-            argv[1:1] = ["--info-fd", str(info_w)]                 # bwrap writes the sandbox's pid 1 here
+            argv[1:1] = ["--info-fd", str(info_w), "--seccomp", str(filter_fd)]   # pid 1 reported; the filter read
             if tools is not None:                                  # root: the scratch tmpfs gets an inode cap too
                 argv = _scratch_mount_argv(tools, work, cap, limits.max_inodes) + argv
             popen = {}                                             # the harness drops root itself (see _bwrap_argv)
@@ -643,13 +667,15 @@ def run(code: str, inputs: list, mode: str, func_name: str | None = None, limits
             with open(paths["payload"], "rb") as fin, open(paths["out"], "wb") as fout, \
                     open(paths["err"], "wb") as ferr:
                 proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr, env={}, close_fds=True,
-                                        start_new_session=True, pass_fds=() if info_w is None else (info_w,),
-                                        **popen)
+                                        start_new_session=True, pass_fds=() if info_w is None else
+                                        (info_w, filter_fd), **popen)
                 if info_w is not None:
                     os.close(info_w)
                     info_w = None
                 timed_out = _wait(proc, limits.wall_s)
         finally:
+            if filter_fd is not None:
+                os.close(filter_fd)
             for fd in (info_w, info_r):
                 if fd is not None:
                     if fd == info_r:

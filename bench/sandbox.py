@@ -4,7 +4,8 @@ What it measures: wall seconds of `sandbox.run` for a 6-input evaluation (a func
 the reference solutions of deepcoder_problems.py), median and 90th percentile over --runs runs per setting:
 isolation="process" (a fresh `python -I -S` child under rlimits + audit hook) and isolation="bwrap" (the same child
 inside bubblewrap's namespaces; for a root trainer with the inode-capped scratch mount, also "bwrap-tmpfs": the same
-without it, bwrap's own --tmpfs, to price the extra unshare + mount). Leaves out: the model, the trainer's load (run it on an idle machine), batching.
+without it, bwrap's own --tmpfs, to price the extra unshare + mount; and "bwrap-allowall": the seccomp filter
+replaced by a one-instruction allow-all one, to price the ~70 rules every system call runs through). Leaves out: the model, the trainer's load (run it on an idle machine), batching.
 Run: `python bench/sandbox.py --runs 30`; it prints a markdown table (docs/sandbox.md keeps the measured numbers).
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import os
 import platform
 import statistics
+import struct
 import sys
 import time
 
@@ -20,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from agentic import deepcoder                                         # noqa: E402
 from agentic import sandbox                                           # noqa: E402
+from agentic import seccomp                                           # noqa: E402
 from agentic.deepcoder_problems import PROBLEMS                       # noqa: E402
 
 
@@ -36,13 +39,15 @@ def cpu_name() -> str:
 
 def time_runs(problem: dict, setting: str, runs: int) -> list:
     isolation = setting.split("-")[0]
-    tools = sandbox.scratch_mount_tools
+    tools, program = sandbox.scratch_mount_tools, seccomp.program
     if setting == "bwrap-tmpfs":                                       # the scratch dir as bwrap's own --tmpfs
         sandbox.scratch_mount_tools = lambda: None
+    if setting == "bwrap-allowall":                                    # BPF_RET ALLOW: a filter with no rules
+        seccomp.program = lambda machine=None: struct.pack("=HBBI", seccomp.RET_K, 0, 0, seccomp.RET_ALLOW)
     try:
         return _time_runs(problem, isolation, runs)
     finally:
-        sandbox.scratch_mount_tools = tools
+        sandbox.scratch_mount_tools, seccomp.program = tools, program
 
 
 def _time_runs(problem: dict, isolation: str, runs: int) -> list:
@@ -66,7 +71,7 @@ def main(argv=None):
     if args.runs < 1:
         ap.error("--runs must be >= 1")
     isolations = ["process"] + ([] if sandbox._probe(sys.executable) else
-                                ["bwrap"] + (["bwrap-tmpfs"] if sandbox.scratch_mount_tools() else []))
+                                ["bwrap", "bwrap-allowall"] + (["bwrap-tmpfs"] if sandbox.scratch_mount_tools() else []))
     problems = [next(p for p in PROBLEMS if p["kind"] == kind and len(deepcoder.all_tests(p)) >= 6)
                 for kind in ("function", "stdin")]
     print(f"CPU: {cpu_name()} ({os.cpu_count()} cores), Python {platform.python_version()}, "

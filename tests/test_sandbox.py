@@ -202,6 +202,24 @@ def test_sockets_and_signals_are_refused():
         assert out is None and "not allowed" in err
 
 
+ALIASED = """import importlib.util
+origin = importlib.util.find_spec({name!r}).origin        # the extension's real file, in the stdlib
+spec = importlib.util.spec_from_file_location('x.{name}', origin)
+importlib.util.module_from_spec(spec)
+print('loaded')"""
+
+
+@pytest.mark.parametrize("name", ["_ctypes", "_posixsubprocess"])
+def test_a_denied_module_loaded_under_another_name_is_refused(name):
+    """An extension module's init function is named after the last component of the module name, so '_ctypes'
+    loaded from its own file as 'x._ctypes' is ctypes' engine under a name the hook once let through; the control
+    (a permitted extension, array, loaded the same way) shows the recipe works."""
+    out, err, _ = run1(ALIASED.format(name=name))
+    assert out is None and f"import x.{name} is not allowed" in err, (out, err)
+    out, err, _ = run1(ALIASED.format(name="array"))
+    assert err is None and out == "loaded\n", err
+
+
 def kernel_only_settings():
     """Settings that exercise the kernel layers with the audit hook off: the test user itself, or, as root
     (which ignores RLIMIT_NPROC), 'nobody' with an interpreter that user can run; None when neither works."""
