@@ -37,7 +37,8 @@ The layers, outermost first (the official harness has none of them: no limits, t
   2. Kernel limits, hard = soft, set by the harness as its first act (not by `preexec_fn`: subprocess documents
      preexec_fn as unsafe in a multi-threaded parent, and a torch trainer has threads): RLIMIT_CPU (then SIGXCPU /
      SIGKILL), RLIMIT_AS (memory), RLIMIT_FSIZE (every file incl. its stdout: SIGXFSZ), RLIMIT_NPROC = 0 (no fork,
-     no thread; enforced for every non-root uid), RLIMIT_NOFILE, RLIMIT_CORE = 0. Output truncated at
+     no thread; enforced for every non-root uid), RLIMIT_NOFILE, RLIMIT_CORE = 0, RLIMIT_SIGPENDING = 64 (queued
+     signals and POSIX timers, counted per uid host-wide). Output truncated at
      `output_chars` per input.
   3. Wall clock: the parent polls; at `wall_s` it SIGKILLs the whole process group (killpg while the leader is
      still unreaped, so the group id cannot have been reused), always once the child is done; under bwrap it then
@@ -47,7 +48,10 @@ The layers, outermost first (the official harness has none of them: no limits, t
      switch it off; layers 0-3 bound what it can do then): `open`, `os.listdir`, ... only
      inside the scratch dir (reads also inside the stdlib, which `import` needs), at most `max_files` opens for
      writing; refused: fork/exec/`os.system`/`subprocess`/spawn, `os.kill`, sockets, ctypes (also an extension
-     loaded under another name: `x._ctypes` is refused like `_ctypes`), links,
+     loaded under another name: `x._ctypes` is refused like `_ctypes`), forged code objects and executable
+     memory (`code.__new__`, i.e. `code.replace` / `types.CodeType`; `mmap`; `marshal.load`, and `marshal.loads`
+     but of the stdlib .pyc the import system has just read), relative paths climbing with `..` in `open` (its
+     event lacks os.open's dir_fd), links,
      `resource.setrlimit`, gc introspection, and paths that are not exact str/bytes/int (a path-like object can
      name one file to the hook and another to the kernel). It runs with a private copy of the builtins and of
      posixpath over a snapshot of os/stat, so patching `builtins.isinstance` or `os.fspath` does not blind it
@@ -105,6 +109,7 @@ REPORT_MARK = "\n@@nanoragen-sandbox-report@@"
 MAX_REPORT_CHARS = 1 << 22          # the parent parses at most this much of a report
 ISOLATIONS = ("bwrap", "process")   # the bubblewrap boundary, or the process sandbox alone (layers 2-5)
 NOBODY = 65534                      # the uid / gid the child runs as under bubblewrap (a root trainer: outside too)
+SIGPENDING = 64                     # queued signals and POSIX timers: the kernel counts them per uid, host-wide
 
 
 @dataclass
@@ -167,7 +172,11 @@ def _make_guard(scratch, read_roots, max_files):
                         "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "os.link", "os.symlink",
                         "os.setxattr", "os.removexattr", "resource.setrlimit", "resource.prlimit",
                         "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.remote_exec",
-                        "os.unshare", "os.setns"})   # 3.12+; a root trainer's child has no --disable-userns
+                        "os.unshare", "os.setns",    # 3.12+; a root trainer's child has no --disable-userns
+                        # native code without ctypes: a code object with forged bytecode (an out-of-range
+                        # LOAD_CONST reads any object) or an executable mapping; marshal.load(s) can make code
+                        # objects too, so it may only load a stdlib .pyc the import system has just read
+                        "code.__new__", "mmap.__new__", "marshal.load"})
     denied_prefixes = ("socket.", "ctypes.", "_winapi.", "winreg.", "msvcrt.")
     denied_imports = frozenset({"_posixsubprocess", "_ctypes"})       # subprocess, multiprocessing, ctypes
     # event -> (indices of path arguments, indices of dir_fd arguments, modifies the file system)
@@ -177,6 +186,7 @@ def _make_guard(scratch, read_roots, max_files):
                    "os.rename": ((0, 1), (2, 3), True), "os.truncate": ((0,), (), True),
                    "os.utime": ((0,), (3,), True)}
     writes_left = max_files
+    pyc = [None]                                                      # the last stdlib .pyc opened for reading
 
     def where(path):
         """'scratch', 'read' (stdlib) or None (outside) for a path; an int is an already-open descriptor. Only
@@ -195,6 +205,11 @@ def _make_guard(scratch, read_roots, max_files):
             return "scratch"
         return "read" if any(p == r or p.startswith(r + sep) for r in read_roots) else None
 
+    def climbs(path):
+        """A relative str / bytes path with a '..' component."""
+        text = path if type(path) is str else path.decode("utf-8", "surrogateescape")
+        return not text.startswith(sep) and ".." in text.split(sep)
+
     def guard(event, args):
         nonlocal writes_left
         if event in denied or event.startswith(denied_prefixes):
@@ -203,9 +218,20 @@ def _make_guard(scratch, read_roots, max_files):
         # from _ctypes' file (importlib.util.spec_from_file_location) is _ctypes under another name
         if event == "import" and (type(args[0]) is not str or args[0].rpartition(".")[2] in denied_imports):
             raise ImportError(f"sandbox: import {args[0]} is not allowed")
-        if event == "open":
+        if event == "marshal.loads":
+            data = None
+            if pyc[0] is not None:
+                with open(pyc[0], "rb") as f:                      # (its own open event: a stdlib read)
+                    data = f.read()[16:]                           # a .pyc: a 16-byte header, then the code
+            if type(args[0]) is not bytes or args[0] != data:
+                raise PermissionError("sandbox: marshal.loads is not allowed (but of a stdlib .pyc the import read)")
+        elif event == "open":
             path, _, flags = args[:3]
             write, place = type(flags) is not int or bool(flags & write_flags), where(path)
+            # the event does not carry os.open's dir_fd: a climbing relative path is judged against the cwd
+            # here but resolved against dir_fd by the kernel, so it is refused
+            if type(path) is not int and climbs(path):
+                place = None
             # reads in the stdlib: files only (a directory descriptor there could serve as dir_fd for os.open)
             ok = place == "scratch" or (place == "read" and not write and not isdir(path))
             if ok and write and type(path) is not int:
@@ -213,6 +239,8 @@ def _make_guard(scratch, read_roots, max_files):
                 ok = writes_left >= 0
             if not ok:
                 raise PermissionError(f"sandbox: open({path!r}) {'for writing ' if write else ''}is not allowed")
+            if place == "read" and type(path) is str and path.endswith(".pyc"):
+                pyc[0] = path
         elif event in path_events:
             paths, dir_fds, modifies = path_events[event]
             places = [where("." if args[i] is None else args[i]) for i in paths]
@@ -640,7 +668,7 @@ def run(code: str, inputs: list, mode: str, func_name: str | None = None, limits
                            ("RLIMIT_AS", limits.memory_mb * mib, limits.memory_mb * mib),
                            ("RLIMIT_FSIZE", limits.file_mb * mib, limits.file_mb * mib),
                            ("RLIMIT_NPROC", 0, 0), ("RLIMIT_NOFILE", limits.nofile, limits.nofile),
-                           ("RLIMIT_CORE", 0, 0)]}
+                           ("RLIMIT_CORE", 0, 0), ("RLIMIT_SIGPENDING", SIGPENDING, SIGPENDING)]}
     tmp = tempfile.mkdtemp(prefix="nanoragen-sandbox-")
     try:
         work, paths = os.path.join(tmp, "work"), {k: os.path.join(tmp, k) for k in ("payload", "out", "err")}

@@ -9,7 +9,7 @@ that persist between evaluations). The rules, checked in this order:
   * a system call of another architecture (i386 `int 0x80` on x86-64) or of the x32 ABI: the process is killed
     (SECCOMP_RET_KILL_PROCESS, SIGSYS), since its numbers mean different calls;
   * DENIED (namespaces and mounts, keyrings, SysV IPC and POSIX message queues, io_uring, bpf, perf, userfaultfd,
-    memfd, ptrace and cross-process memory, modules, kexec, clocks, swap, reboot, ...): EPERM;
+    memfd, AIO, ptrace and cross-process memory, modules, kexec, clocks, swap, reboot, ...): EPERM;
   * clone with any CLONE_NEW* flag: EPERM (clone without them, i.e. fork or a thread, is left to RLIMIT_NPROC = 0);
   * clone3: ENOSYS (its flags sit in user memory, which seccomp cannot read; ENOSYS makes libc fall back to clone,
     the usual answer of container runtimes);
@@ -44,6 +44,7 @@ SYSCALLS = {
     "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41),
     "chroot": (161, 51), "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430),
     "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433), "mount_setattr": (442, 442),
+    "open_tree_attr": (467, 467),                 # Linux 6.15: newer than the headers of Debian 12
     # kernel keyrings: keys outlive the sandbox (per uid on the host), a channel between evaluations
     "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219),
     # SysV IPC and POSIX message queues: kernel memory outside RLIMIT_AS
@@ -51,9 +52,10 @@ SYSCALLS = {
     # large kernel attack surfaces no test program needs
     "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
     "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282), "memfd_create": (319, 279),
+    "memfd_secret": (447, 447), "io_setup": (206, 0),
     # other processes and their memory
     "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271), "kcmp": (312, 272),
-    "pidfd_getfd": (438, 438),
+    "pidfd_getfd": (438, 438), "process_madvise": (440, 440), "process_mrelease": (448, 448),
     # the machine itself
     "kexec_load": (246, 104), "kexec_file_load": (320, 294), "init_module": (175, 105),
     "finit_module": (313, 273), "delete_module": (176, 106), "reboot": (169, 142), "swapon": (167, 224),

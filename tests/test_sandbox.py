@@ -220,6 +220,56 @@ def test_a_denied_module_loaded_under_another_name_is_refused(name):
     assert err is None and out == "loaded\n", err
 
 
+FORGERIES = {   # each a first step of native code without ctypes (an attack combined a forged code object's
+    # out-of-range LOAD_CONST, which reads any address as an object, with an executable mapping)
+    "code.replace": "g = (lambda: 0).__code__.replace(co_consts=())",
+    "types.CodeType": "import types\nc = (lambda: 0).__code__\ntypes.CodeType(*[getattr(c, 'co_' + k) for k in ("
+                      "'argcount', 'posonlyargcount', 'kwonlyargcount', 'nlocals', 'stacksize', 'flags', 'code', "
+                      "'consts', 'names', 'varnames', 'filename', 'name', 'qualname', 'firstlineno', 'linetable', "
+                      "'exceptiontable', 'freevars', 'cellvars')])",
+    "marshal.loads": "import marshal\nmarshal.loads(marshal.dumps(compile('1', '', 'eval')))",
+    "marshal.loads after a .pyc": "import heapq, marshal\nmarshal.loads(marshal.dumps(compile('1', '', 'eval')))",
+    "marshal.load": "import io, marshal\nmarshal.load(io.BytesIO(marshal.dumps(compile('1', '', 'eval'))))",
+    "mmap": "import mmap\nmmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)",
+}
+
+
+@pytest.mark.parametrize("name", list(FORGERIES))
+def test_forged_code_objects_and_executable_mappings_are_refused(name):
+    out, err, _ = run1(FORGERIES[name] + "\nprint('made')")
+    assert out is None and "not allowed" in err, (out, err)
+
+
+def test_stdlib_modules_still_import_from_their_pyc_files():
+    """The control of the marshal rule: an import reads the module's .pyc (marshal.loads of exactly its bytes)."""
+    code = ("import os, heapq, fractions, statistics, dataclasses\nprint(os.path.exists(heapq.__cached__), "
+            "fractions.Fraction(1, 3) + fractions.Fraction(1, 6), statistics.median([3, 1, 2]))")
+    assert run1(code)[:2] == ("True 1/2 2\n", None)
+
+
+def test_a_climbing_relative_path_with_dir_fd_is_refused():
+    """os.open's dir_fd is not in the open audit event: from a cwd 8 levels deep, '../'*8 + 'x' lies in the scratch
+    dir for the hook but, relative to a descriptor of the scratch dir, outside it for the kernel."""
+    deep = "os.makedirs('a/b/c/d/e/f/g/h')\nfd = os.open('.', os.O_RDONLY)\nos.chdir('a/b/c/d/e/f/g/h')\n"
+    out, err, _ = run1("import os\n" + deep + "print(os.read(os.open('../' * 8 + 'usr/lib/os-release', os.O_RDONLY, "
+                       "dir_fd=fd), 20))")
+    assert out is None and "is not allowed" in err, (out, err)
+    out, err, _ = run1("import os\nos.mkdir('d')\nopen('d/x', 'w').write('hi')\nfd = os.open('d', os.O_RDONLY)\n"
+                       "print(os.read(os.open('x', os.O_RDONLY, dir_fd=fd), 2))")          # not climbing: allowed
+    assert (out, err) == ("b'hi'\n", None)
+
+
+def test_posix_timers_are_capped_by_rlimit_sigpending():
+    """Each timer holds a queued-signal slot, counted per uid on the host (a program once made 96,362 of them,
+    +37 MiB of kernel memory, with ctypes and the hook off): RLIMIT_SIGPENDING = SIGPENDING caps them."""
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\ntid = ctypes.c_void_p()\nn = 0\n"
+            "while n < 5000 and libc.timer_create(1, None, ctypes.byref(tid)) == 0:\n    n += 1\n"
+            "print(n, ctypes.get_errno())")
+    out, err, _ = run1(code, audit=False)
+    n, errno_ = map(int, out.split())
+    assert 0 < n <= sandbox.SIGPENDING and errno_ == 11, (n, errno_)                           # EAGAIN
+
+
 def kernel_only_settings():
     """Settings that exercise the kernel layers with the audit hook off: the test user itself, or, as root
     (which ignores RLIMIT_NPROC), 'nobody' with an interpreter that user can run; None when neither works."""
