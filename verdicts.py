@@ -158,8 +158,11 @@ def paired_verdict(d, what: str) -> str:
     if p < ALPHA:
         return f"{head}: {'higher' if m > 0 else 'lower'}."
     mdd = min_detectable(sd, n)
-    return (f"{head}: not resolved. Minimum detectable difference at {n} seeds: ±{mdd:.3f} (paired t, α = "
-            f"{ALPHA:g}, power {POWER:g}); the exact test's smallest p at {n} seeds is {min_sign_flip_p(n):.3f}"
+    power_part = (f"Minimum detectable difference at {n} seeds: ±{mdd:.3f} (paired t, α = {ALPHA:g}, power "
+                  f"{POWER:g})" if mdd > 0 else      # (NaN > 0 is False) one seed, or equal differences: no spread
+                  f"No minimum detectable difference can be estimated: {n} seed{'s' if n > 1 else ''} with "
+                  f"{'equal differences (spread 0)' if n > 1 else 'no spread'}")
+    return (f"{head}: not resolved. {power_part}; the exact test's smallest p at {n} seeds is {min_sign_flip_p(n):.3f}"
             + (f", so no difference can be called below {_seeds_needed()} seeds." if min_sign_flip_p(n) >= ALPHA
                else "."))
 

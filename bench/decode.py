@@ -85,32 +85,36 @@ def main(argv=None) -> None:
     lines = [f"`python bench/decode.py {' '.join(argv if argv is not None else sys.argv[1:])}` "
              f"({a.model}, torch {torch.__version__}, {platform.machine()}, native bf16: {native}, "
              f"{time.strftime('%Y-%m-%d')})", ""]
-    for threads in a.threads:
-        torch.set_num_threads(threads)
-        bw, peak = phases.copy_bandwidth(), phases.matmul_peak()
-        peak16 = phases.matmul_peak(dtype=torch.bfloat16) if native else float("nan")
-        load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-        lines += [f"**{threads} thread(s)**: copy bandwidth {bw:.1f} GB/s, fp32 / bf16 matmul peak {peak:.0f} / "
-                  f"{peak16:.0f} GFLOP/s, load average {load}", "",
-                  "| measurement | shape | transformers' SDPA ms | ours ms | speed-up | floor ms | ours / floor | "
-                  "max abs diff |", "|---|---|---|---|---|---|---|---|"]
-        for dtype in ([torch.float32, torch.bfloat16] if native else [torch.float32]):
-            for ctx, Q in [(c, 1) for c in a.ctx] + ([(a.ctx[-1], a.prefill)] if a.prefill > 1 else []):
-                r = op_row(a.rows, ctx, dtype, a.reps, Q)
-                floor = r["bytes"] / bw / 1e9                  # bytes at the copy bandwidth, as bench/phases.py
-                what = "decode op" if Q == 1 else f"prefill op, {Q} new tokens"
-                bound = (f"{1e3 * floor:.2f} | {r['grouped'] / floor:.1f}" if Q == 1 else " | ")   # decode: bytes
-                lines.append(f"| {what}, {r['dtype']} | {a.rows} rows x ctx {ctx}, one layer | {1e3 * r['sdpa']:.2f} |"
-                             f" {1e3 * r['grouped']:.2f} | {r['sdpa'] / r['grouped']:.2f}x | {bound} | "
-                             f"{r['err']:.1e} |")
-        if native:
-            for ctx in a.ctx:
-                r = step_row(model, tok, a.rows, ctx, a.steps)
-                floor = max(r["bytes"] / bw, r["flops"] / peak16) / 1e9    # phases.table's roofline
-                s, g = r["sdpa"], r[decode_attention.NAME]
-                lines.append(f"| decode step, bf16 copy | {a.rows} rows x ctx {ctx}, all layers + head | {1e3 * s:.0f}"
-                             f" | {1e3 * g:.0f} | {s / g:.2f}x | {1e3 * floor:.0f} | {g / floor:.1f} | |")
-        lines.append("")
+    threads0 = torch.get_num_threads()          # restored: a caller's later work (a test suite) keeps its threads
+    try:
+        for threads in a.threads:
+            torch.set_num_threads(threads)
+            bw, peak = phases.copy_bandwidth(), phases.matmul_peak()
+            peak16 = phases.matmul_peak(dtype=torch.bfloat16) if native else float("nan")
+            load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+            lines += [f"**{threads} thread(s)**: copy bandwidth {bw:.1f} GB/s, fp32 / bf16 matmul peak {peak:.0f} / "
+                      f"{peak16:.0f} GFLOP/s, load average {load}", "",
+                      "| measurement | shape | transformers' SDPA ms | ours ms | speed-up | floor ms | ours / floor | "
+                      "max abs diff |", "|---|---|---|---|---|---|---|---|"]
+            for dtype in ([torch.float32, torch.bfloat16] if native else [torch.float32]):
+                for ctx, Q in [(c, 1) for c in a.ctx] + ([(a.ctx[-1], a.prefill)] if a.prefill > 1 else []):
+                    r = op_row(a.rows, ctx, dtype, a.reps, Q)
+                    floor = r["bytes"] / bw / 1e9                  # bytes at the copy bandwidth, as bench/phases.py
+                    what = "decode op" if Q == 1 else f"prefill op, {Q} new tokens"
+                    bound = (f"{1e3 * floor:.2f} | {r['grouped'] / floor:.1f}" if Q == 1 else " | ")   # decode: bytes
+                    lines.append(f"| {what}, {r['dtype']} | {a.rows} rows x ctx {ctx}, one layer | {1e3 * r['sdpa']:.2f} |"
+                                 f" {1e3 * r['grouped']:.2f} | {r['sdpa'] / r['grouped']:.2f}x | {bound} | "
+                                 f"{r['err']:.1e} |")
+            if native:
+                for ctx in a.ctx:
+                    r = step_row(model, tok, a.rows, ctx, a.steps)
+                    floor = max(r["bytes"] / bw, r["flops"] / peak16) / 1e9    # phases.table's roofline
+                    s, g = r["sdpa"], r[decode_attention.NAME]
+                    lines.append(f"| decode step, bf16 copy | {a.rows} rows x ctx {ctx}, all layers + head | "
+                                 f"{1e3 * s:.0f} | {1e3 * g:.0f} | {s / g:.2f}x | {1e3 * floor:.0f} | {g / floor:.1f} | |")
+            lines.append("")
+    finally:
+        torch.set_num_threads(threads0)
     print("\n".join(lines))
 
 

@@ -415,12 +415,16 @@ def main(argv=None):
     lines = [f"`{cmd.strip()}` ({a.model}, torch {torch.__version__}, {os.cpu_count()} CPUs "
              f"{platform.processor() or platform.machine()}, native bf16: {policy.bf16_supported('cpu')}, "
              f"{time.strftime('%Y-%m-%d')})", ""]
-    for prec in precisions:
-        a.bf16, a.precision_now = prec == "bf16", prec
-        shape = Shape(model, 2 if a.bf16 else 4)
-        sampling.generate(model, tok, [tok.encode("Hello")], max_new_tokens=2, bf16=a.bf16)  # one-off costs
-        for t in threads:
-            lines += run_threads(model, tok, shape, t, a) + [""]
+    threads0 = torch.get_num_threads()          # restored: a caller's later work (a test suite) keeps its threads
+    try:
+        for prec in precisions:
+            a.bf16, a.precision_now = prec == "bf16", prec
+            shape = Shape(model, 2 if a.bf16 else 4)
+            sampling.generate(model, tok, [tok.encode("Hello")], max_new_tokens=2, bf16=a.bf16)  # one-off costs
+            for t in threads:
+                lines += run_threads(model, tok, shape, t, a) + [""]
+    finally:
+        torch.set_num_threads(threads0)
     print("\n".join(lines), flush=True)
     if a.write:
         path = Path(a.write)

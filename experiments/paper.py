@@ -465,13 +465,30 @@ def main(argv=None) -> None:
         print(("# done: " if done else "") + " ".join(shlex.quote(c) for c in cmd), flush=True)
         if not args.dry_run and not done:
             timed_run(cmd, run, Path(args.out_dir))
-    report_cmd = [sys.executable, "report.py", *[str(Path(args.out_dir) / r) for r, _ in todo],
+    report_cmd = [sys.executable, "report.py", *[str(Path(args.out_dir) / r) for r in page_runs(args.experiment, todo,
+                                                                                               args.out_dir)],
                   *report_flags(args.experiment, page, intro=home),
                   *(["--baseline", baseline] if baseline else []),
                   *(["--missing-ok"] if args.scale in ("smoke", *SMOKE_SCALE.values()) else [])]
     print(" ".join(shlex.quote(c) for c in report_cmd), flush=True)
     if not args.dry_run:
         subprocess.run(report_cmd, cwd=ROOT, check=True)
+
+
+def page_runs(experiment: str, todo: list, out_dir: str) -> list[str]:
+    """The runs a page summarises: this invocation's, and every finished run of the same experiment's arms already in
+    `out_dir` (so `--seeds 1` after `--seeds 0` keeps seed 0 on the page), in arm order, then by seed."""
+    arms = list(EXPERIMENTS[experiment][1])
+    names = {r for r, _ in todo}
+    for d in Path(out_dir).glob(f"{experiment}-*-s*"):
+        arm, _, seed = d.name[len(experiment) + 1:].rpartition("-s")
+        if arm in arms and seed.isdigit() and (d / "finished.json").exists():
+            names.add(d.name)
+
+    def key(name):
+        arm, _, seed = name[len(experiment) + 1:].rpartition("-s")
+        return arms.index(arm), int(seed)
+    return sorted(names, key=key)
 
 
 def report_flags(experiment: str, page: str, intro: bool = True) -> list[str]:

@@ -132,8 +132,10 @@ def test_bench_runs_and_reports_both_kernels(capsys):
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import decode as bench
-    bench.main(["--model", "tiny", "--rows", "2", "--ctx", "16", "--threads", "1", "--steps", "2", "--reps", "1",
-                "--prefill", "4"])
+    threads = torch.get_num_threads()
+    bench.main(["--model", "tiny", "--rows", "2", "--ctx", "16", "--threads", str(threads + 1), "--steps", "2",
+                "--reps", "1", "--prefill", "4"])
+    assert torch.get_num_threads() == threads      # restored: later tests compare runs in this process with others
     out = capsys.readouterr().out
 
     def err(label):

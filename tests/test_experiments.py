@@ -2,6 +2,7 @@
 the tiny model (--scale smoke): runs, page, skip of finished runs, --resume of an interrupted one."""
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -137,6 +138,13 @@ def test_multiturn_protocol_smoke_warm_start_baseline_resume_and_page(tmp_path, 
     printed = capfd.readouterr().out
     assert printed.count("# done:") == 4 and f"--resume {out / 'multiturn-nofilter-s0'}" in printed   # warm, baseline, 2 runs
     assert [r["step"] for r in runlog.read_metrics(out / "multiturn-nofilter-s0")] == [-1, 0, 1]
+    shutil.copytree(out / "multiturn-filter-s0", out / "multiturn-filter-s1")   # a seed finished by another call
+    shutil.copytree(out / "multiturn-filter-s0", out / "multiturn-nofilter-s1")
+    (out / "multiturn-nofilter-s1" / "finished.json").unlink()                  # ... and one that is not finished
+    paper.main(argv)                                                 # --seeds 0 again: the page keeps seed 1
+    assert "| multiturn-filter | 2 |" in page.read_text() and "| multiturn-nofilter | 1 |" in page.read_text()
+    shutil.rmtree(out / "multiturn-filter-s1")
+    shutil.rmtree(out / "multiturn-nofilter-s1")
     wall = runlog.read_jsonl(out / "walltime.jsonl")                  # measured per launch, the resume its own line
     assert [(w["run"], w["resumed"]) for w in wall] == [(n, False) for n in names] + [(names[1], True)]
     assert all(w["seconds"] > 0 and "cores" in w["cpu"] for w in wall)

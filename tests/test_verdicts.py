@@ -93,6 +93,10 @@ def test_paired_verdict_resolves_or_prints_the_detectable_difference():
     assert "p = 0.031" in called and called.endswith(": higher.")
     unresolved = v.paired_verdict([0.2, 0.1, 0.3], "final validation success")
     assert "p = 0.250: not resolved" in unresolved and "Minimum detectable difference at 3 seeds: ±0.310" in unresolved
+    for d, why in (([0.016, 0.016], "2 seeds with equal differences (spread 0)"), ([0.1], "1 seed with no spread")):
+        line = v.paired_verdict(d, "x")                       # no spread: no "±0.000" or "±nan" power claim
+        assert f"No minimum detectable difference can be estimated: {why}" in line and "±0.000" not in line
+        assert "nan" not in line.split("sign-flip")[1]
     assert "no difference can be called below 6 seeds" in unresolved
     noisy = v.paired_verdict([0.1, -0.2, 0.3, 0.05, -0.1, 0.2], "x")
     assert "not resolved" in noisy and "smallest p at 6 seeds is 0.031." in noisy
