@@ -50,8 +50,10 @@ The layers, outermost first (the official harness has none of them: no limits, t
      writing; refused: fork/exec/`os.system`/`subprocess`/spawn, `os.kill`, sockets, ctypes (also an extension
      loaded under another name: `x._ctypes` is refused like `_ctypes`), forged code objects and executable
      memory (`code.__new__`, i.e. `code.replace` / `types.CodeType`; `mmap`; `marshal.load`, and `marshal.loads`
-     but of the stdlib .pyc the import system has just read), relative paths climbing with `..` in `open` (its
-     event lacks os.open's dir_fd), links,
+     but of the stdlib .pyc the import system has just read), CPython's test modules (`_test*`: raw memory
+     access) and `_xx*` / `_interpreters` (a subinterpreter has no audit hook), sqlite3 (opens files itself),
+     paths with a `..` component or under /proc or /dev (os.open's dir_fd is not in the open event; magic links
+     change meaning if code run during the check chdirs), links,
      `resource.setrlimit`, gc introspection, and paths that are not exact str/bytes/int (a path-like object can
      name one file to the hook and another to the kernel). It runs with a private copy of the builtins and of
      posixpath over a snapshot of os/stat, so patching `builtins.isinstance` or `os.fspath` does not blind it
@@ -178,7 +180,11 @@ def _make_guard(scratch, read_roots, max_files):
                         # objects too, so it may only load a stdlib .pyc the import system has just read
                         "code.__new__", "mmap.__new__", "marshal.load"})
     denied_prefixes = ("socket.", "ctypes.", "_winapi.", "winreg.", "msvcrt.")
-    denied_imports = frozenset({"_posixsubprocess", "_ctypes"})       # subprocess, multiprocessing, ctypes
+    denied_imports = frozenset({"_posixsubprocess", "_ctypes",        # subprocess, multiprocessing, ctypes
+                                "_sqlite3",                           # opens files itself (ATTACH: no event)
+                                "_interpreters", "_interpchannels", "_interpqueues"})   # 3.13+: no hook there
+    denied_import_prefixes = ("_test", "_xx")  # CPython's test modules (_testcapi: raw memory) and
+    #                                            _xxsubinterpreters (a new interpreter without this audit hook)
     # event -> (indices of path arguments, indices of dir_fd arguments, modifies the file system)
     path_events = {"os.chdir": ((0,), (), True), "os.chmod": ((0,), (2,), True), "os.chown": ((0,), (3,), True),
                    "os.listdir": ((0,), (), False), "os.scandir": ((0,), (), False), "os.mkdir": ((0,), (2,), True),
@@ -186,7 +192,7 @@ def _make_guard(scratch, read_roots, max_files):
                    "os.rename": ((0, 1), (2, 3), True), "os.truncate": ((0,), (), True),
                    "os.utime": ((0,), (3,), True)}
     writes_left = max_files
-    pyc = [None]                                                      # the last stdlib .pyc opened for reading
+    pyc = [None]                                  # the last stdlib .pyc opened for reading (read-only: stable)
 
     def where(path):
         """'scratch', 'read' (stdlib) or None (outside) for a path; an int is an already-open descriptor. Only
@@ -197,18 +203,20 @@ def _make_guard(scratch, read_roots, max_files):
             return "scratch"
         if kind is not str and kind is not bytes:
             return None
+        text = path if kind is str else path.decode("utf-8", "surrogateescape")
+        parts = text.split(sep)
+        # refused before resolving: '..' (os.open's dir_fd is not in the open event, so a relative path is judged
+        # against the cwd here but resolved against dir_fd by the kernel) and /proc, /dev (magic links such as
+        # /proc/self/cwd change meaning when code run inside this check, a gc callback or a signal handler, chdirs)
+        if ".." in parts or (text.startswith(sep) and next((q for q in parts if q), "") in ("proc", "dev")):
+            return None
         try:
-            p = realpath(path if kind is str else path.decode("utf-8", "surrogateescape"))
+            p = realpath(text)
         except Exception:
             return None
         if p == scratch or p.startswith(scratch + sep):
             return "scratch"
         return "read" if any(p == r or p.startswith(r + sep) for r in read_roots) else None
-
-    def climbs(path):
-        """A relative str / bytes path with a '..' component."""
-        text = path if type(path) is str else path.decode("utf-8", "surrogateescape")
-        return not text.startswith(sep) and ".." in text.split(sep)
 
     def guard(event, args):
         nonlocal writes_left
@@ -216,7 +224,8 @@ def _make_guard(scratch, read_roots, max_files):
             raise PermissionError(f"sandbox: {event} is not allowed")
         # the last component: an extension module's init function is named after it, so 'x._ctypes' loaded
         # from _ctypes' file (importlib.util.spec_from_file_location) is _ctypes under another name
-        if event == "import" and (type(args[0]) is not str or args[0].rpartition(".")[2] in denied_imports):
+        if event == "import" and (type(args[0]) is not str or args[0].rpartition(".")[2] in denied_imports
+                                  or args[0].rpartition(".")[2].startswith(denied_import_prefixes)):
             raise ImportError(f"sandbox: import {args[0]} is not allowed")
         if event == "marshal.loads":
             data = None
@@ -228,10 +237,6 @@ def _make_guard(scratch, read_roots, max_files):
         elif event == "open":
             path, _, flags = args[:3]
             write, place = type(flags) is not int or bool(flags & write_flags), where(path)
-            # the event does not carry os.open's dir_fd: a climbing relative path is judged against the cwd
-            # here but resolved against dir_fd by the kernel, so it is refused
-            if type(path) is not int and climbs(path):
-                place = None
             # reads in the stdlib: files only (a directory descriptor there could serve as dir_fd for os.open)
             ok = place == "scratch" or (place == "read" and not write and not isdir(path))
             if ok and write and type(path) is not int:
@@ -240,7 +245,7 @@ def _make_guard(scratch, read_roots, max_files):
             if not ok:
                 raise PermissionError(f"sandbox: open({path!r}) {'for writing ' if write else ''}is not allowed")
             if place == "read" and type(path) is str and path.endswith(".pyc"):
-                pyc[0] = path
+                pyc[0] = realpath(path)                            # resolved now: a path may change meaning
         elif event in path_events:
             paths, dir_fds, modifies = path_events[event]
             places = [where("." if args[i] is None else args[i]) for i in paths]

@@ -209,7 +209,7 @@ importlib.util.module_from_spec(spec)
 print('loaded')"""
 
 
-@pytest.mark.parametrize("name", ["_ctypes", "_posixsubprocess"])
+@pytest.mark.parametrize("name", ["_ctypes", "_posixsubprocess", "_testcapi"])
 def test_a_denied_module_loaded_under_another_name_is_refused(name):
     """An extension module's init function is named after the last component of the module name, so '_ctypes'
     loaded from its own file as 'x._ctypes' is ctypes' engine under a name the hook once let through; the control
@@ -238,6 +238,66 @@ FORGERIES = {   # each a first step of native code without ctypes (an attack com
 def test_forged_code_objects_and_executable_mappings_are_refused(name):
     out, err, _ = run1(FORGERIES[name] + "\nprint('made')")
     assert out is None and "not allowed" in err, (out, err)
+
+
+@pytest.mark.parametrize("module", ["_testcapi", "_testinternalcapi", "_xxsubinterpreters", "sqlite3"])
+def test_modules_that_get_around_the_hook_are_refused(module):
+    """_testcapi.eval_code_ex with a float as a closure cell forged objects over any address (read and write);
+    _xxsubinterpreters.run_string ran code in an interpreter without the hook (ctypes, exec mmap, any file);
+    sqlite3.connect / ATTACH opened /usr/lib/os-release and /proc/1/cmdline (no checked event)."""
+    out, err, _ = run1(f"import {module}\nprint('imported')")
+    assert out is None and "is not allowed" in err, (out, err)
+
+
+# a path through /proc/self/cwd means another file once the cwd moves: the hook resolved it to a decoy in the
+# scratch dir, a gc callback run inside the check chdir'd, and the kernel opened the real file (k = 7-15 did)
+GC_RACE = """import gc, os
+depth = len(os.getcwd().strip('/').split('/'))
+root = os.open('.', os.O_RDONLY)
+os.makedirs('usr/lib'); open('usr/lib/os-release', 'w').write('DECOY')
+os.makedirs('/'.join(['d'] * depth))
+P = '/proc/self/cwd/' + '../' * depth + 'usr/lib/os-release'
+state = {'k': 0, 'n': 0}
+def cb(phase, info):
+    if phase == 'start' and state['k']:
+        state['n'] += 1
+        if state['n'] == state['k']:
+            state['k'] = 0
+            os.chdir(root)
+gc.callbacks.append(cb)
+seen = set()
+for k in range(1, 20):
+    os.chdir(root); os.chdir('/'.join(['d'] * depth))
+    gc.set_threshold(1)
+    state.update(k=k, n=0)
+    try:
+        with open(P) as f:
+            seen.add(f.read()[:5])
+    except PermissionError:
+        seen.add('refused')
+    state['k'] = 0
+    gc.set_threshold(700)
+print(sorted(seen))"""
+
+# the .pyc rule once kept the path string: opened through /proc/self/cwd/.. it named the stdlib's os.pyc, and after a
+# chdir the same string named the program's own forged .pyc, which marshal.loads then accepted (and ran)
+PYC_SWAP = """import os, sys, marshal
+depth = len(os.getcwd().strip('/').split('/'))
+pyc = os.path.join(sys.path[1], '__pycache__', 'os.cpython-%d%d.pyc' % sys.version_info[:2])
+P = '/proc/self/cwd/' + '../' * depth + pyc.lstrip('/')
+with open(P, 'rb') as f:
+    f.read(16)
+print('opened')"""
+
+
+def test_paths_through_proc_or_with_dotdot_are_refused_whatever_runs_during_the_check():
+    out, err, _ = run1(GC_RACE)
+    assert (out, err) == ("['refused']\n", None), (out, err)
+    out, err, _ = run1(PYC_SWAP)
+    assert out is None and "is not allowed" in err, (out, err)
+    for path in ("/proc/self/root/usr/lib/os-release", "/proc/1/cmdline", "/dev/fd/0", "//proc/self/status"):
+        out, err, _ = run1(f"print(open({path!r}).read()[:10])")
+        assert out is None and "is not allowed" in err, (path, out, err)
 
 
 def test_stdlib_modules_still_import_from_their_pyc_files():
