@@ -594,8 +594,8 @@ def write_page(path: str | Path, runs: list[dict], arm_by: list[str] | None, col
         parts.append(baseline_section(json.loads(Path(baseline).read_text()), table, baseline) + "\n")
     parts += ["## Per arm (mean ± std over seeds)\n",
               f"Validation success: `initial` = before training (not counted), `final` = mean of the last "
-              f"{final_window} evaluations, `AUC` = mean over all evaluations during training, `peak` = best "
-              "evaluation, `stable` = fraction of seeds never below 0.01.\n", format_table(table) + "\n"]
+              f"{final_window} evaluations during training (all of them where there are fewer), `AUC` = mean over all "
+              "evaluations during training, `peak` = best evaluation, `stable` = fraction of seeds never below 0.01.\n", format_table(table) + "\n"]
     if columns:
         legend = "; ".join(f"{label(c)} = `{c}`" for c in columns)
         parts += [f"Diagnostics: a key alone = mean of its last {final_window} logged values, (first) = its first "
@@ -672,6 +672,8 @@ def main(argv=None) -> None:
     ap.add_argument("--figure-keys", default="", help="comma-separated metric keys drawn per arm over steps")
     ap.add_argument("--page", default="", help="write everything as a Markdown page here (figure next to it)")
     ap.add_argument("--intro", default="", help="a Markdown file put at the top of --page")
+    ap.add_argument("--finished-only", action="store_true", help="leave out run directories without finished.json "
+                    "(still training or interrupted); a page built from finished runs by a pattern prints it")
     ap.add_argument("--missing-ok", action="store_true", help="show metric keys that no run logged as '–' instead of "
                     "failing (smoke runs of the random tiny model never write a well-formed reasoning, so no MI)")
     ap.add_argument("--baseline", default="", help="a JSON file of experiments/agnostic.py: the input-agnostic "
@@ -689,6 +691,9 @@ def main(argv=None) -> None:
             for p in plot_run(d, read_calibration(args.calibration) if args.calibration else ()):
                 print(f"wrote {p}")
         return
+    named = set(args.runs)                               # as given (the page's command prints the flags after them)
+    if args.finished_only:
+        args.runs = [d for d in args.runs if (Path(d) / "finished.json").exists()]
     runs = load_runs(args.runs)
     if not runs:
         raise SystemExit("no run directories with a config.json among the arguments")
@@ -706,7 +711,11 @@ def main(argv=None) -> None:
         parents = {str(Path(d).parent) for d in args.runs}
         prefix = os.path.commonprefix([Path(d).name for d in args.runs])     # e.g. classroom- (not other runs)
         shown = [f"{parents.pop()}/{prefix}*"] if len(parents) == 1 else args.runs
-        command = "python report.py " + " ".join(shown + [a for a in given if a not in args.runs])
+        rest = [a for a in given if a not in named]
+        if len(shown) == 1 and "--finished-only" not in rest and all(
+                (Path(d) / "finished.json").exists() for d in args.runs):   # the pattern must not catch a live run
+            rest.append("--finished-only")
+        command = "python report.py " + " ".join(shown + rest)
         written = write_page(args.page, runs, arm_by, columns, pairs, figure_keys, intro, command, args.final_window,
                              args.calibration, args.baseline, args.regime_map)
         print(f"wrote {written}")

@@ -386,16 +386,20 @@ def agnostic_baseline(scale: str, extra: list[str], out_dir: str, dry_run: bool)
 
 def timed_run(cmd: list[str], run: str, out_dir: Path) -> None:
     """Run one train.py command and append its wall time (model load and checkpoints included) to
-    <out_dir>/walltime.jsonl, so a protocol's cost is measured, not estimated; a resumed run adds a second line."""
+    <out_dir>/walltime.jsonl, so a protocol's cost is measured, not estimated; a resumed run adds a second line.
+    A launch that ends otherwise (Ctrl-C, SIGTERM at a session's end: the driver turns it into SystemExit, train.py
+    checkpoints and exits non-zero) still writes its line, marked "interrupted", so the part it ran is counted."""
     import time
     from runlog import cpu_info
-    t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True)
-    out_dir = ROOT / out_dir
-    with open(out_dir / "walltime.jsonl", "a") as f:
-        f.write(json.dumps({"run": run, "seconds": round(time.perf_counter() - t0, 1), "resumed": "--resume" in cmd,
-                            "cpu": cpu_info(),
-                            "ended": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
+    t0, ok = time.perf_counter(), False
+    try:
+        subprocess.run(cmd, cwd=ROOT, check=True)
+        ok = True
+    finally:
+        with open(ROOT / out_dir / "walltime.jsonl", "a") as f:
+            f.write(json.dumps({"run": run, "seconds": round(time.perf_counter() - t0, 1),
+                                "resumed": "--resume" in cmd, **({} if ok else {"interrupted": True}),
+                                "cpu": cpu_info(), "ended": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
 
 
 def entropy_base(scale: str, extra: list[str]) -> float:
@@ -513,4 +517,6 @@ def report_flags(experiment: str, page: str, intro: bool = True) -> list[str]:
 
 
 if __name__ == "__main__":
+    import signal
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))   # timed_run records the part run
     main()

@@ -115,6 +115,16 @@ def test_multiturn_and_slip_boundary_defaults_and_dry_run(capsys, tmp_path):
         paper.main(["multiturn", "--scale", "cpu", "--dry-run"])      # a Bandit scale for a FrozenLake protocol
 
 
+def test_an_interrupted_launch_still_records_its_wall_time(tmp_path, monkeypatch):
+    def killed(*a, **kw):
+        raise KeyboardInterrupt                                      # or SystemExit from the driver's SIGTERM handler
+    monkeypatch.setattr(paper.subprocess, "run", killed)
+    with pytest.raises(KeyboardInterrupt):
+        paper.timed_run(["train.py", "--resume", "x"], "arm-s0", tmp_path)
+    [w] = runlog.read_jsonl(tmp_path / "walltime.jsonl")
+    assert (w["run"], w["resumed"], w["interrupted"]) == ("arm-s0", True, True) and w["seconds"] >= 0
+
+
 @pytest.mark.slow
 def test_multiturn_protocol_smoke_warm_start_baseline_resume_and_page(tmp_path, capfd):
     out, page = tmp_path / "runs", tmp_path / "MULTITURN.md"

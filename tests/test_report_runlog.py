@@ -131,6 +131,25 @@ def test_page_has_tables_pairs_verdicts_and_figure(tmp_path):
     assert f"python report.py {tmp_path}/* --arm-by name" in text
 
 
+def test_a_page_by_pattern_leaves_out_a_run_still_training(tmp_path):
+    """A page of finished runs prints its pattern with --finished-only, so rerunning it while a new seed trains in the
+    same directory (the pattern matches it) gives the same page; without the flag that run would be counted."""
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        d = _fake_run(runs, f"arm-s{seed}", {"seed": seed, "name": f"arm-s{seed}"}, [0.1 * seed, 0.2])
+        (d / "finished.json").write_text("{}")
+    page = tmp_path / "PAGE.md"
+    report.main([str(runs / "arm-s0"), str(runs / "arm-s1"), "--arm-by", "name", "--page", str(page)])
+    text = page.read_text()
+    assert f"`python report.py {runs}/arm-s* --arm-by name --page {page} --finished-only`" in text
+    _fake_run(runs, "arm-s2", {"seed": 2, "name": "arm-s2"}, [0.9])                   # training: no finished.json
+    every = sorted(str(d) for d in runs.glob("arm-s*"))
+    report.main([*every, "--arm-by", "name", "--page", str(page), "--finished-only"])
+    assert page.read_text() == text and "| arm | 2 |" in text
+    report.main([*every, "--arm-by", "name", "--page", str(page)])
+    assert "| arm | 3 |" in page.read_text() and "--finished-only" not in page.read_text()
+
+
 def test_summarise_groups_seeds_into_arms(tmp_path):
     base = {"env": "bandit", "filter": "top_p"}
     dirs = [_fake_run(tmp_path, f"a{s}", {**base, "seed": s, "name": f"a{s}"}, [0.1 * s, 0.2 * s]) for s in (1, 2, 3)]
