@@ -595,7 +595,8 @@ def write_page(path: str | Path, runs: list[dict], arm_by: list[str] | None, col
     parts += ["## Per arm (mean ± std over seeds)\n",
               f"Validation success: `initial` = before training (not counted), `final` = mean of the last "
               f"{final_window} evaluations during training (all of them where there are fewer), `AUC` = mean over all "
-              "evaluations during training, `peak` = best evaluation, `stable` = fraction of seeds never below 0.01.\n", format_table(table) + "\n"]
+              "evaluations during training, `peak` = best evaluation, `stable` = fraction of seeds never below 0.01.\n",
+              format_table(table) + "\n"]
     if columns:
         legend = "; ".join(f"{label(c)} = `{c}`" for c in columns)
         parts += [f"Diagnostics: a key alone = mean of its last {final_window} logged values, (first) = its first "
@@ -710,9 +711,10 @@ def main(argv=None) -> None:
         given = [str(a) for a in (argv if argv is not None else sys.argv[1:])]
         parents = {str(Path(d).parent) for d in args.runs}
         prefix = os.path.commonprefix([Path(d).name for d in args.runs])     # e.g. classroom- (not other runs)
-        shown = [f"{parents.pop()}/{prefix}*"] if len(parents) == 1 else args.runs
+        pattern = len(parents) == 1
+        shown = [f"{parents.pop()}/{prefix}*"] if pattern else args.runs
         rest = [a for a in given if a not in named]
-        if len(shown) == 1 and "--finished-only" not in rest and all(
+        if pattern and "--finished-only" not in rest and all(
                 (Path(d) / "finished.json").exists() for d in args.runs):   # the pattern must not catch a live run
             rest.append("--finished-only")
         command = "python report.py " + " ".join(shown + rest)

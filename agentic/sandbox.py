@@ -224,8 +224,8 @@ def _make_guard(scratch, read_roots, max_files):
             raise PermissionError(f"sandbox: {event} is not allowed")
         # the last component: an extension module's init function is named after it, so 'x._ctypes' loaded
         # from _ctypes' file (importlib.util.spec_from_file_location) is _ctypes under another name
-        if event == "import" and (type(args[0]) is not str or args[0].rpartition(".")[2] in denied_imports
-                                  or args[0].rpartition(".")[2].startswith(denied_import_prefixes)):
+        last = args[0].rpartition(".")[2] if event == "import" and type(args[0]) is str else None
+        if event == "import" and (last is None or last in denied_imports or last.startswith(denied_import_prefixes)):
             raise ImportError(f"sandbox: import {args[0]} is not allowed")
         if event == "marshal.loads":
             data = None

@@ -483,16 +483,16 @@ def page_runs(experiment: str, todo: list, out_dir: str) -> list[str]:
     """The runs a page summarises: this invocation's, and every finished run of the same experiment's arms already in
     `out_dir` (so `--seeds 1` after `--seeds 0` keeps seed 0 on the page), in arm order, then by seed."""
     arms = list(EXPERIMENTS[experiment][1])
+
+    def arm_seed(name):                                  # "<experiment>-<arm>-s<seed>" -> (arm, "seed")
+        arm, _, seed = name[len(experiment) + 1:].rpartition("-s")
+        return arm, seed
     names = {r for r, _ in todo}
     for d in Path(out_dir).glob(f"{experiment}-*-s*"):
-        arm, _, seed = d.name[len(experiment) + 1:].rpartition("-s")
+        arm, seed = arm_seed(d.name)
         if arm in arms and seed.isdigit() and (d / "finished.json").exists():
             names.add(d.name)
-
-    def key(name):
-        arm, _, seed = name[len(experiment) + 1:].rpartition("-s")
-        return arms.index(arm), int(seed)
-    return sorted(names, key=key)
+    return sorted(names, key=lambda n: (arms.index(arm_seed(n)[0]), int(arm_seed(n)[1])))
 
 
 def report_flags(experiment: str, page: str, intro: bool = True) -> list[str]:
