@@ -1,30 +1,47 @@
-"""Attention on the CPU: bf16 decode steps as two grouped matmuls, masked prefills as SDPA with GQA.
+"""Attention on the CPU: decode steps as grouped matmuls (a shared prompt read once), masked prefills as SDPA-GQA.
 
-What it implements: softmax(q K^T / sqrt(d) + mask) V, two ways, instead of transformers' SDPA call:
+What it implements: softmax(q K^T / sqrt(d) + mask) V, three ways, instead of transformers' SDPA call:
 - a single new token per row in bf16 (the decode steps of the bf16 sampling copy): the query heads of one KV head
-  batched as rows of one matmul, (B, KVH, G, D) @ (B, KVH, D, T), so each K and V slot is read once per step,
-  softmax in fp32;
+  batched as rows of one matmul, (B, KVH, G, D) x (B, KVH, T, D) -> (B, KVH, G, T), so each K and V slot is read
+  once per step; the softmax computes in fp32 (torch's CPU softmax does for bf16 input);
+- a single new token per row that continues a prompt several rows share (sampling.py's `share_prompts`, fp32 or
+  bf16): the same, plus one matmul per prompt for all its rows (`cascade_decode`, below);
 - several tokens per row under a padding mask, outside autograd (a turn's new tokens over the cached
   conversation, MI scoring, old log-probs, evaluation): torch's SDPA with `enable_gqa=True`, where transformers
   first copies K and V once per query head (`repeat_kv`: it only uses torch's GQA when there is no mask). The
   result is the same to the bit (tested), without the copies.
-Anything else (fp32 decode, any forward with gradients, no mask, GPU tensors, dropout, position biases,
-soft-capping) goes to transformers' `sdpa_attention_forward` unchanged. So in fp32 every number is what
-transformers computes (fp32 sampled log-probs still equal a recomputation exactly).
+Anything else (fp32 decode without a shared prompt, any forward with gradients, no mask, GPU tensors, dropout,
+position biases, soft-capping) goes to transformers' `sdpa_attention_forward` unchanged. fp32 sampled log-probs
+are not bit-equal to a recomputation on the training tensors anyway (the cached layout sums in another order):
+3e-6 mean, 2e-5 max |difference| on SmolLM2 over a 3-turn FrozenLake rollout, with or without shared prompts.
 
 Why our own (issue 21, docs/speed.md): on the CPU, PyTorch's SDPA for one query row over a ~1k-token bf16 KV
 cache (what transformers calls with its GQA packing: 3 query rows per KV head, a padding mask) reads the cache at
-a fraction of the copy bandwidth; the two matmuls run near it. For a turn's ~100 new tokens per row over a ~1k-token
-cache, `repeat_kv` triples the K and V traffic. Measured by `python bench/decode.py`.
+a fraction of the copy bandwidth; the two matmuls read it faster. For a turn's ~100 new tokens per row over a
+~1k-token cache, `repeat_kv` triples the K and V traffic. Measured by `python bench/decode.py`.
 It is registered as a transformers attention implementation (`AttentionInterface`, with SDPA's mask function)
 and set on every CPU model `policy.load` returns and on the bf16 copy that samples (`policy.bf16_copy`); in bf16
 the grouped decode differs from SDPA by bf16 rounding (~4e-3 on an attention output, the order of the bf16 path's
 own sampled-vs-recomputed gap). `save_pretrained` does not write the implementation's name (export is unchanged).
 
-What it leaves out: a fused kernel (score, mask and softmax are separate ops), reading a group's shared prompt
-once (cascade attention), anything but CPU decode (on a GPU keep SDPA / flash attention).
+Shared prompts (cascade attention, `SharedPrefix`): where sampling.py's batch cache holds a prompt that several
+rows start with (a group's first prompt, every turn after the first) once instead of once per row, the key handed
+to the attention carries it (`attach`), and a decode step scores the rows' queries against it as ONE matmul per
+prompt ((R x 3) query rows at once) and against each row's own slots as above, with one softmax over both parts;
+a forward of several tokens (a turn's prefill) reads a per-row copy of the prompt instead. A row's attention is the
+same function of the same keys; only the order of the floating-point sums changes (tested against the per-row
+layout in fp32 and bf16). Measured on the 8 x 8 x 5 x 120 FrozenLake rollout (`python bench/rollout.py --envs
+frozenlake --configs fp32:kv fp32:kv-noshare --threads 2`, AMX Xeon, back to back): fp32 290.3 against 313.3 s
+(8.7 % more tokens/s), bf16 2.7 % more tokens/s. Less than the ~45 % of the KV reads it saves: most of a decode
+step's attention is the per-row part (batched matmuls with 3 query rows read K and V at 11-18 GB/s of the ~27 a
+copy reaches) and the elementwise work on the scores.
+
+What it leaves out: a fused kernel (score, mask and softmax are separate ops), anything but CPU decode (on a GPU
+keep SDPA / flash attention; sampling.py only shares prompts where this implementation is installed on a CPU).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from transformers import AttentionInterface
@@ -34,20 +51,105 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 NAME = "nanoragen_decode"
 
 
+def _scores(qg, key):
+    """q k^T for one query token per row: qg (B, KVH, G, D), key (B, KVH, T, D) -> (B, KVH, G, T), in their dtype.
+    In bf16 computed as K q^T and transposed back: the CPU's batched matmul reads a bf16 K 1.6x faster that way
+    round (18 against 11 GB/s at 64 rows x 1k tokens, AMX Xeon, 2 threads); fp32 reads it fastest as q K^T."""
+    if key.dtype == torch.bfloat16:
+        return torch.matmul(key, qg.transpose(-1, -2)).transpose(-1, -2)
+    return torch.matmul(qg, key.transpose(-1, -2))
+
+
+def _softmax(s, attention_mask):
+    """softmax over the last dim of freshly computed scores s (..., T), masked in place (None, bool with True =
+    attend, or additive float; its last T columns are s's). In bf16 torch's CPU softmax computes in fp32 and rounds
+    the probabilities to bf16 (what the value matmul reads anyway), so no fp32 copy of the scores is made."""
+    s = s.contiguous()                                               # (a copy only of the transposed bf16 scores)
+    if attention_mask is not None:
+        m = attention_mask[..., -s.shape[-1]:]
+        s = s.masked_fill_(~m, float("-inf")) if m.dtype == torch.bool else s.add_(m.to(s.dtype))
+    return torch.softmax(s, dim=-1)
+
+
 def grouped_decode(query, key, value, attention_mask, scaling=None):
     """One query token per row: query (B, H, 1, D), key / value (B, KVH, T, D), attention_mask None, bool (B, 1, 1, T)
-    with True = attend, or additive float; returns (B, 1, H, D). Query head h reads KV head h // (H / KVH)."""
+    with True = attend, or additive float; returns (B, 1, H, D). Query head h reads KV head h // (H / KVH). The
+    scale is applied to q (exact in any precision when it is a power of two: head dim 64)."""
     B, H, _, D = query.shape
     KVH = key.shape[1]
     scale = scaling if scaling is not None else D ** -0.5
-    qg = query.reshape(B, KVH, H // KVH, D)                          # (B, KVH, G, D): a KV head's query heads
-    s = torch.matmul(qg, key.transpose(-1, -2)).float() * scale      # (B, KVH, G, T), fp32 from here
-    if attention_mask is not None:
-        m = attention_mask[..., -key.shape[2]:]
-        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m.float()
-    p = torch.softmax(s, dim=-1).to(value.dtype)
+    qg = query.reshape(B, KVH, H // KVH, D) * scale                  # (B, KVH, G, D): a KV head's query heads
+    p = _softmax(_scores(qg, key), attention_mask)                    # (B, KVH, G, T)
     out = torch.matmul(p, value)                                     # (B, KVH, G, D)
     return out.reshape(B, 1, H, D)                                   # heads in the order of q's reshape
+
+
+class PrefixRows:
+    """Which batch row starts with which of the Np shared prompts; one object for all layers (rows leave the batch
+    together: `index(group[stay])`). group (B,): row b starts with prompt group[b] (a row with no shared prompt
+    points at any prompt: its mask hides the prompt slots); rows (Np, R): the batch rows of each prompt, B (a zero
+    query) where a prompt has fewer than R; at (B,): row b's index in rows.flatten()."""
+
+    def __init__(self, group: torch.Tensor, n_prompts: int):
+        self.n_prompts = n_prompts
+        self.index(group)
+
+    def index(self, group: torch.Tensor) -> None:
+        B, Np = len(group), self.n_prompts
+        count = torch.bincount(group, minlength=Np)                     # (Np,)
+        R = max(int(count.max()), 1) if B else 1
+        order = torch.argsort(group, stable=True)                       # rows sorted by prompt
+        slot = torch.arange(B) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)  # rank in its prompt
+        at = torch.empty(B, dtype=torch.long)
+        at[order] = group[order] * R + slot
+        rows = torch.full((Np * R,), B, dtype=torch.long)
+        rows[at] = torch.arange(B)
+        self.group, self.rows, self.at = group, rows.view(Np, R), at
+
+
+@dataclass
+class SharedPrefix:
+    """One layer's shared prompts: k, v (Np, KVH, Lp, D), prompt p left padded to Lp slots (the pad slots are
+    masked out by every row's attention mask); `rows` maps batch rows to prompts. The attention mask a layer gets
+    covers (Lp + the row's own slots), the prompt first."""
+    k: torch.Tensor
+    v: torch.Tensor
+    rows: PrefixRows
+
+
+def attach(key: torch.Tensor, prefix: SharedPrefix) -> torch.Tensor:
+    """Mark a layer's cached keys (the row slots) as continuing `prefix`; decode_attention reads the mark."""
+    key.shared_prefix = prefix
+    return key
+
+
+def cascade_decode(query, key, value, attention_mask, prefix: SharedPrefix, scaling=None):
+    """grouped_decode over [shared prompt | the row's own slots]: query (B, H, 1, D), key / value (B, KVH, T, D)
+    the rows' own slots, attention_mask None or (B, 1, 1, Lp + T) (bool, True = attend, or additive); returns
+    (B, 1, H, D). The prompt part is one matmul per prompt for all its rows: (Np, KVH, R x G, D) @ (Np, KVH, D, Lp)."""
+    B, H, _, D = query.shape
+    KVH, Lp = key.shape[1], prefix.k.shape[2]
+    G, (Np, R) = H // KVH, prefix.rows.rows.shape
+    scale = scaling if scaling is not None else D ** -0.5
+    qg = query.reshape(B, KVH, G, D) * scale                          # (B, KVH, G, D)
+    qp = torch.cat([qg, qg.new_zeros(1, KVH, G, D)])[prefix.rows.rows]            # (Np, R, KVH, G, D), pads: 0
+    qp = qp.transpose(1, 2).reshape(Np, KVH, R * G, D)
+    sp = torch.matmul(qp, prefix.k.transpose(-1, -2))                 # (Np, KVH, R x G, Lp): a prompt read once
+    sp = sp.view(Np, KVH, R, G, Lp).transpose(1, 2).reshape(Np * R, KVH, G, Lp)[prefix.rows.at]   # (B, KVH, G, Lp)
+    s = torch.cat([sp, _scores(qg, key)], dim=-1)                    # (B, KVH, G, Lp + T)
+    p = _softmax(s, attention_mask)
+    out = torch.matmul(p[..., Lp:], value)                            # (B, KVH, G, D): the rows' own slots
+    pp = p.new_zeros(Np * R, KVH, G, Lp).index_copy_(0, prefix.rows.at, p[..., :Lp])
+    pp = pp.view(Np, R, KVH, G, Lp).transpose(1, 2).reshape(Np, KVH, R * G, Lp)
+    op = torch.matmul(pp, prefix.v)                                   # (Np, KVH, R x G, D)
+    op = op.view(Np, KVH, R, G, D).transpose(1, 2).reshape(Np * R, KVH, G, D)[prefix.rows.at]
+    return (out + op).reshape(B, 1, H, D)
+
+
+def with_prefix(key, value, prefix: SharedPrefix):
+    """The per-row layout: [the row's prompt | its own slots], (B, KVH, Lp + T, D) each (a copy)."""
+    g = prefix.rows.group
+    return torch.cat([prefix.k[g], key], dim=2), torch.cat([prefix.v[g], value], dim=2)
 
 
 def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
@@ -56,6 +158,11 @@ def decode_attention(module, query, key, value, attention_mask, dropout: float =
     ((B, q, H, D), None). On the CPU: q = 1 in bf16: grouped_decode; q > 1 with a mask, outside autograd: SDPA
     with GQA; anything else (fp32 decode, a forward with gradients, no mask, any GPU call): transformers' own."""
     B, H, q, D = query.shape
+    prefix = getattr(key, "shared_prefix", None)                      # a shared prompt (sampling.py's batch cache)
+    if prefix is not None:
+        if q == 1 and not dropout and kwargs.get("position_bias") is None and kwargs.get("softcap") is None:
+            return cascade_decode(query, key, value, attention_mask, prefix, scaling), None
+        key, value = with_prefix(key, value, prefix)                 # anything else: the per-row layout
     plain = (not dropout and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
              and query.device.type == "cpu")                         # on a GPU: transformers' SDPA / flash
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))   # the update, LoRA too

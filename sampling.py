@@ -14,32 +14,62 @@ happens (docs/speed.md has the numbers):
 - inverse-CDF sampling instead of torch.multinomial;
 - in bf16, a bf16 copy of the weights (policy.bf16_copy, refreshed when the weights change) instead of autocast,
   so the KV cache is bf16 too (under autocast K stays fp32 and is cast on every decode step), and its decode
-  steps attend with decode_attention.py (grouped matmuls) instead of SDPA, which reads a bf16 cache slowly.
-Samples are identical with and without the KV store and for any `drop_every` (tested).
+  steps attend with decode_attention.py (grouped matmuls) instead of SDPA, which reads a bf16 cache slowly;
+- a group's shared first prompt is kept ONCE, not once per row, in the KV store and in every turn's batch cache
+  (`share_prompts`, on where decode_attention.py is the model's attention on a CPU), and the decode steps read it
+  once per group (cascade attention, decode_attention.cascade_decode): at G = 8 rows a prompt of ~45 % of a
+  multi-turn context costs 1/8 of its per-row reads. Its own: transformers' caches hold one sequence per row.
+Samples are identical with and without the KV store and for any `drop_every` (tested); sharing the prompt changes
+the order of floating-point sums only (tested against `share_prompts=False`).
 
-What it leaves out: paged attention / vLLM, speculative decoding, attention that reads a group's shared prompt once
-(cascade attention; docs/speed.md measures what it would save).
+What it leaves out: paged attention / vLLM, speculative decoding, sharing a prompt's states between rows of
+different groups (only identical first prompts are shared).
 
 Run: used by rollout.py (`rollout(..., generate_fn=sampling.generate)`); `python bench/rollout.py` and
 `python bench/phases.py` measure it.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from transformers import (Cache, DynamicCache, GenerationConfig, LogitsProcessor, StoppingCriteria,
                           StopStringCriteria, TemperatureLogitsWarper, TopPLogitsWarper)
 from transformers.cache_utils import StaticLayer
 
+import decode_attention
 from policy import autocast, bf16_copy, bf16_default, position_ids_from_mask
+
+
+class Prompt(NamedTuple):
+    """A first prompt several rows start with, encoded once: ids and, per layer, (K, V) each (kv_heads, len(ids),
+    head_dim)."""
+    ids: tuple
+    kv: list
+
+
+class Entry(NamedTuple):
+    """What the KV store keeps for a row: its first len(ids) context tokens and, per layer, (K, V) of those after
+    the shared prompt (all of them when prompt is None), each (kv_heads, len(ids) - len(prompt.ids), head_dim)."""
+    ids: tuple
+    kv: list
+    prompt: Prompt | None = None
+
+    def full(self) -> list:
+        """Per layer (K, V) of all len(ids) tokens (the shared prompt's states copied in front)."""
+        if self.prompt is None:
+            return self.kv
+        return [(torch.cat([pk, k], dim=1), torch.cat([pv, v], dim=1))
+                for (pk, pv), (k, v) in zip(self.prompt.kv, self.kv)]
 
 
 class KVStore:
     """KV states of tokens a row has already been encoded with, kept between `generate` calls (turns).
 
-    entries[key] = (ids, kv): the row's first len(ids) context tokens and, per layer, their (K, V), each
-    (kv_heads, len(ids), head_dim). Next turn only the new tokens are encoded (the reference re-encodes the
+    entries[key] = Entry(ids, kv, prompt). Next turn only the new tokens are encoded (the reference re-encodes the
     whole conversation every turn, which on a CPU costs more than generating). Rows that start with the same
-    prompt (a group on turn 1) share one encoding.
+    prompt (a group on turn 1) share one encoding, and with `share_prompts` one copy of it for good (`Prompt`):
+    their entries keep only what follows it.
     """
 
     def __init__(self):
@@ -51,8 +81,9 @@ class KVStore:
         self.entries.pop(key, None)
 
 
-def _encode_prefixes(model, contexts, rows, kv: KVStore, keys, batch: int = 16):
-    """Encode contexts[i][:-1] for `rows` (without cache) and store them; identical prefixes once."""
+def _encode_prefixes(model, contexts, rows, kv: KVStore, keys, batch: int = 16, share: bool = False):
+    """Encode contexts[i][:-1] for `rows` (without cache) and store them; identical prefixes once, and with
+    `share` kept once (a Prompt) where two or more rows start with it."""
     unique = {}  # prefix -> rows sharing it
     for i in rows:
         unique.setdefault(tuple(contexts[i][:-1]), []).append(i)
@@ -70,7 +101,11 @@ def _encode_prefixes(model, contexts, rows, kv: KVStore, keys, batch: int = 16):
         model.get_decoder()(input_ids=ids.to(device), attention_mask=attn.to(device),
                             position_ids=position_ids_from_mask(attn).to(device), cache=cache, use_cache=True)
         for j, p in enumerate(chunk):  # keep the real (non-pad) positions of each prefix
-            entry = (p, [(layer.keys[j, :, L - len(p):], layer.values[j, :, L - len(p):]) for layer in cache.layers])
+            states = [(layer.keys[j, :, L - len(p):], layer.values[j, :, L - len(p):]) for layer in cache.layers]
+            if share and len(unique[p]) > 1:
+                entry = Entry(p, [(k[:, :0], v[:, :0]) for k, v in states], Prompt(p, states))
+            else:
+                entry = Entry(p, states)
             for i in unique[p]:
                 kv.entries[keys[i]] = entry
 
@@ -81,12 +116,26 @@ class _PooledStaticLayer(StaticLayer):
     the process has already touched. A fresh tensor of this size is paid in page faults on first touch (measured:
     ~10 s to allocate and zero the batch cache of 64 rows x 1000 tokens on 2 CPU cores, ~1 GB/s); resident memory
     is zeroed at copy speed. A new buffer reserves 4x what it needs (virtual memory: only touched pages count), so
-    the growing contexts of the next turns fit in it. Our own subclass: transformers' caches allocate per call."""
+    the growing contexts of the next turns fit in it. Our own subclass: transformers' caches allocate per call.
+    With `prefix` (a decode_attention.SharedPrefix), every row's sequence starts with one of its shared prompts:
+    positions [0, Lp) are the prompt (stored once per prompt), the layer's slots hold positions Lp onwards, and the
+    keys it hands to the attention carry the prompt (decode_attention.attach)."""
     HEADROOM = 4
 
-    def __init__(self, max_cache_len: int, buffers: dict, idx: int):
+    def __init__(self, max_cache_len: int, buffers: dict, idx: int, prefix=None):
         super().__init__(max_cache_len)
-        self.buffers, self.idx = buffers, idx
+        self.buffers, self.idx, self.prefix = buffers, idx, prefix
+        self.offset = prefix.k.shape[2] if prefix is not None else 0   # Lp: the prompt's positions come first
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        keys, values = super().update(key_states, value_states, *args, **kwargs)
+        return (decode_attention.attach(keys, self.prefix) if self.prefix is not None else keys), values
+
+    def get_seq_length(self):
+        return self.offset + (self.cumulative_length if self.is_initialized else 0)
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.offset + self.max_cache_len, 0   # the mask covers [prompt | slots]
 
     def _carve(self, kind: str, like: torch.Tensor) -> torch.Tensor:
         shape = (like.shape[0], like.shape[1], self.max_cache_len, like.shape[-1])
@@ -108,14 +157,19 @@ class _PooledStaticLayer(StaticLayer):
         self.is_initialized = True
 
 
-def _batch_cache(model, kvs, cached, S, max_len, buffers: dict):
+def _batch_cache(model, kvs, cached, S, max_len, buffers: dict, prefixes=None):
     """A static cache (Cache of _PooledStaticLayer) of max_len slots whose first S hold the per-row (K, V) states,
     left-padded (the pad slots are masked out). Static, not Dynamic: DynamicCache grows by torch.cat, copying the
     whole cache every step (measured: 754 vs 243 ms per decode step at batch 32, 700-token contexts, 2 CPU cores).
-    kvs[i] = row i's per-layer (K, V), each (kv_heads, cached[i], head_dim), or None (nothing cached)."""
+    kvs[i] = row i's per-layer (K, V), each (kv_heads, cached[i], head_dim), or None (nothing cached).
+    prefixes: None, or per layer a decode_attention.SharedPrefix the rows' sequences start with (then the slots
+    hold what follows it)."""
     n_layers = model.config.get_text_config().num_hidden_layers
-    cache = Cache(layers=[_PooledStaticLayer(max_len, buffers, i) for i in range(n_layers)])
+    cache = Cache(layers=[_PooledStaticLayer(max_len, buffers, i, prefixes[i] if prefixes else None)
+                          for i in range(n_layers)])
     some = next((kv_i for kv_i in kvs if kv_i is not None), None)
+    if some is None and prefixes:  # only prompts cached: empty slots of the prompts' dtype
+        some = [(p.k[0], p.v[0]) for p in prefixes]
     if some is None:  # nothing cached: generate's first forward initialises the layers
         return cache
     for layer, (K0, V0) in zip(cache.layers, some):  # under bf16 autocast V is bf16, K fp32 (RoPE): keep each dtype
@@ -132,6 +186,9 @@ def _batch_cache(model, kvs, cached, S, max_len, buffers: dict):
 def _keep_rows(cache, stay: list) -> None:
     """Keep batch rows `stay` (ascending) of every layer, moved to the front in place (row s to position j <= s,
     in increasing j, never overwrites a row still to be moved): no new memory (see _PooledStaticLayer)."""
+    prefix = cache.layers[0].prefix
+    if prefix is not None:                    # one PrefixRows for all layers
+        prefix.rows.index(prefix.rows.group[torch.tensor(stay, dtype=torch.long)])
     for layer in cache.layers:
         for j, s in enumerate(stay):
             if j != s:
@@ -249,7 +306,7 @@ def sampling_model(model, device, bf16: bool | None):
 @torch.no_grad()
 def generate(model, tokenizer, contexts: list, *, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, stop=("</answer>",), bf16: bool | None = None, kv: KVStore | None = None,
-             keys=None, drop_every: int = DROP_EVERY) -> list:
+             keys=None, drop_every: int = DROP_EVERY, share_prompts: bool = True) -> list:
     """Sample one continuation per context (a list of ids) with batched `model.generate` calls.
 
     Stops a row at a stop string or an end-of-turn token; temperature 0 = greedy; top_k is never applied.
@@ -262,6 +319,9 @@ def generate(model, tokenizer, contexts: list, *, max_new_tokens: int, temperatu
     stopped leave the batch between chunks (transformers' generate keeps finished rows computing padding until
     the last row stops: 15-20 % of the decode work of a multi-turn rollout). The samples are the same for any
     drop_every (the sampler draws per original row; tested); 0 = one call for the whole turn.
+    share_prompts (with kv, where the model attends with decode_attention.py on a CPU): a first prompt that several
+    rows start with is stored once (KVStore's Prompt) and its Lp slots precede the batch:
+    [pad | prompt][pad | cached ids][pad | new ids], the prompt part held once per prompt (cascade attention).
     """
     if not contexts:
         return []
@@ -272,32 +332,47 @@ def generate(model, tokenizer, contexts: list, *, max_new_tokens: int, temperatu
     device = next(model.parameters()).device
     n, pad, eos = len(contexts), tokenizer.pad_token_id, eos_ids(model, tokenizer)
     model, bf16 = sampling_model(model, device, bf16)
+    share = share_prompts and kv is not None and _shares_prompts(model, device)
     if kv is not None:
         keys = list(keys)
         for i, k in enumerate(keys):  # a stale entry (context changed) is dropped and re-encoded
-            ids = kv.entries.get(k, ((),))[0]
+            ids = kv.entries[k].ids if k in kv.entries else ()
             if k in kv.entries and not (len(ids) < len(contexts[i]) and tuple(contexts[i][:len(ids)]) == ids):
                 kv.drop(k)
         missing = [i for i, k in enumerate(keys) if k not in kv.entries and len(contexts[i]) > 1]
         with autocast(device, bf16):
-            _encode_prefixes(model, contexts, missing, kv, keys)
-    cached = [len(kv.entries[k][0]) if kv is not None and k in kv.entries else 0 for k in keys or [None] * n]
-    S, U = max(cached), max(len(c) - m for c, m in zip(contexts, cached))
-    input_ids = torch.full((n, S + U), pad, dtype=torch.long)  # (n, S + U)
-    attention = torch.zeros((n, S + U), dtype=torch.long)
-    for i, (c, m) in enumerate(zip(contexts, cached)):
-        input_ids[i, S - m:S], attention[i, S - m:S] = torch.tensor(c[:m], dtype=torch.long), 1
-        input_ids[i, S + U - (len(c) - m):] = torch.tensor(c[m:], dtype=torch.long)
-        attention[i, S + U - (len(c) - m):] = 1
+            _encode_prefixes(model, contexts, missing, kv, keys, share=share)
+    entries = [kv.entries.get(k) if kv is not None else None for k in keys or [None] * n]
+    if not share:  # a prompt stored once goes back in front of the row's own states
+        entries = [e if e is None or e.prompt is None else Entry(e.ids, e.full()) for e in entries]
+    prompts = {}  # id(Prompt) -> its index among this batch's shared prompts
+    for e in entries:
+        if e is not None and e.prompt is not None:
+            prompts.setdefault(id(e.prompt), len(prompts))
+    lp = [len(e.prompt.ids) if e is not None and e.prompt is not None else 0 for e in entries]  # prompt part
+    cached = [len(e.ids) - l if e is not None else 0 for e, l in zip(entries, lp)]  # own cached part
+    Lp, S = max(lp), max(cached)
+    U = max(len(c) - l - m for c, l, m in zip(contexts, lp, cached))
+    input_ids = torch.full((n, Lp + S + U), pad, dtype=torch.long)  # (n, Lp + S + U)
+    attention = torch.zeros((n, Lp + S + U), dtype=torch.long)
+    for i, (c, l, m) in enumerate(zip(contexts, lp, cached)):
+        input_ids[i, Lp - l:Lp], attention[i, Lp - l:Lp] = torch.tensor(c[:l], dtype=torch.long), 1
+        input_ids[i, Lp + S - m:Lp + S] = torch.tensor(c[l:l + m], dtype=torch.long)
+        attention[i, Lp + S - m:Lp + S] = 1
+        input_ids[i, Lp + S + U - (len(c) - l - m):] = torch.tensor(c[l + m:], dtype=torch.long)
+        attention[i, Lp + S + U - (len(c) - l - m):] = 1
     # Static cache (see _batch_cache), never auto-compiled (shapes change every turn); rows with nothing cached
     # (one-token contexts) get all-pad slots
-    cache = _batch_cache(model, [kv.entries[k][1] if m else None for k, m in zip(keys or [None] * n, cached)],
-                         cached, S, S + U + max_new_tokens, kv.buffers if kv is not None else {})
+    prefixes = _shared_prefixes(entries, prompts, Lp) if prompts else None
+    cache = _batch_cache(model, [e.kv if m else None for e, m in zip(entries, cached)], cached, S,
+                         S + U + max_new_tokens, kv.buffers if kv is not None else {}, prefixes)
+    row_prompts = [e.prompt if e is not None else None for e in entries]
+    del entries
     if kv is not None:
         for k in keys:  # the states now live in the batch cache
             kv.drop(k)
     step_logp = _StepLogp()
-    rec = _StopAndRecord(tokenizer, stop, eos, step_logp, n, S + U, device)
+    rec = _StopAndRecord(tokenizer, stop, eos, step_logp, n, Lp + S + U, device)
     procs = [step_logp]  # then the sampling transforms, in generate's own order
     if temperature > 0 and temperature != 1.0:
         procs.append(TemperatureLogitsWarper(temperature))
@@ -324,12 +399,12 @@ def generate(model, tokenizer, contexts: list, *, max_new_tokens: int, temperatu
         leave = (torch.ones_like(finished) if last else finished).nonzero().squeeze(1)  # batch rows leaving now
         lengths = rec.lengths.cpu()[rows[leave]]
         lengths = torch.where(lengths < 0, steps, lengths).tolist()  # unstopped: all steps
-        new = ids[leave, S + U:].cpu()
+        new = ids[leave, Lp + S + U:].cpu()
         for j, (i, length) in enumerate(zip(rows[leave].tolist(), lengths)):
             gen[i] = new[j, :length].tolist()
         if kv is not None:
             _store_rows(cache, kv, leave.tolist(), rows[leave].tolist(), lengths, keys, contexts, cached, S, U, new,
-                        steps)
+                        steps, row_prompts)
         if last:
             break
         stay = (~finished).nonzero().squeeze(1)
@@ -342,14 +417,44 @@ def generate(model, tokenizer, contexts: list, *, max_new_tokens: int, temperatu
     return [(gen[i], logps[i, :len(gen[i])].tolist()) for i in range(n)]
 
 
-def _store_rows(cache, kv, batch_rows, orig_rows, lengths, keys, contexts, cached, S, U, new, steps):
+def _store_rows(cache, kv, batch_rows, orig_rows, lengths, keys, contexts, cached, S, U, new, steps, prompts):
     """Rows leaving the batch: keep (copies of) the states of their context + sampled tokens but the last (never
     fed back). Batch row batch_rows[j] is original row orig_rows[j] with lengths[j] sampled ids new[j, :lengths[j]];
-    its real tokens sit in two slot ranges, [S - m, S) (cached) and [S + U - u, S + U + length - 1) (new + sampled)."""
-    if cache.get_seq_length() != S + U + steps - 1:
-        raise RuntimeError(f"unexpected KV length {cache.get_seq_length()} != {S + U + steps - 1}")
+    after its shared prompt (prompts[i], or None) its real tokens sit in two slot ranges, [S - m, S) (cached) and
+    [S + U - u, S + U + length - 1) (new + sampled)."""
+    Lp = cache.layers[0].offset
+    if cache.get_seq_length() != Lp + S + U + steps - 1:
+        raise RuntimeError(f"unexpected KV length {cache.get_seq_length()} != {Lp + S + U + steps - 1}")
     for j, (b, i, length) in enumerate(zip(batch_rows, orig_rows, lengths)):
-        m, u = cached[i], len(contexts[i]) - cached[i]
+        l = len(prompts[i].ids) if prompts[i] is not None else 0
+        m, u = cached[i], len(contexts[i]) - l - cached[i]
         states = [tuple(torch.cat([t[b, :, S - m:S], t[b, :, S + U - u:S + U + length - 1]], dim=1)
                         for t in (layer.keys, layer.values)) for layer in cache.layers]
-        kv.entries[keys[i]] = (tuple(contexts[i]) + tuple(new[j, :length - 1].tolist()), states)
+        kv.entries[keys[i]] = Entry(tuple(contexts[i]) + tuple(new[j, :length - 1].tolist()), states, prompts[i])
+
+
+def _shares_prompts(model, device) -> bool:
+    """Whether this model's attention reads a shared prompt (decode_attention.py on a CPU)."""
+    return device.type == "cpu" and getattr(model.config, "_attn_implementation", None) == decode_attention.NAME
+
+
+def _shared_prefixes(entries, prompts: dict, Lp: int) -> list:
+    """Per layer a decode_attention.SharedPrefix: the batch's shared prompts, each left padded to Lp slots
+    (zeros, masked), and which row starts with which (a row without one points at prompt 0, masked)."""
+    found = {}
+    for e in entries:
+        if e is not None and e.prompt is not None:
+            found.setdefault(id(e.prompt), e.prompt)
+    group = torch.tensor([prompts[id(e.prompt)] if e is not None and e.prompt is not None else 0 for e in entries],
+                         dtype=torch.long)
+    rows = decode_attention.PrefixRows(group, len(prompts))
+    out = []
+    for layer in range(len(next(iter(found.values())).kv)):
+        K0, V0 = next(iter(found.values())).kv[layer]
+        k = K0.new_zeros(len(prompts), K0.shape[0], Lp, K0.shape[-1])     # (Np, KVH, Lp, D)
+        v = V0.new_zeros(len(prompts), V0.shape[0], Lp, V0.shape[-1])
+        for key, p in found.items():
+            pk, pv = p.kv[layer]
+            k[prompts[key], :, Lp - pk.shape[1]:], v[prompts[key], :, Lp - pv.shape[1]:] = pk, pv
+        out.append(decode_attention.SharedPrefix(k, v, rows))
+    return out

@@ -151,7 +151,7 @@ def filled_store(model, shape, B, ctx, g):
         ids = random_ids(ctx, g)
         states = [(torch.randn(shape.kv_heads, ctx - 1, shape.head_dim, dtype=dtype),
                    torch.randn(shape.kv_heads, ctx - 1, shape.head_dim, dtype=dtype)) for _ in range(shape.layers)]
-        kv.entries[i] = (tuple(ids[:-1]), states)
+        kv.entries[i] = sampling.Entry(tuple(ids[:-1]), states)
         contexts.append(ids)
     return kv, contexts
 

@@ -14,8 +14,10 @@ without AVX512-BF16/AMX (e.g. AMD Zen 3) bf16 is emulated and usually SLOWER tha
 therefore only turns it on automatically where `policy.bf16_supported` says the hardware has it.
 
 KV reuse (`RolloutConfig.reuse_kv`, default on): each row keeps its KV states between turns, so a turn encodes
-only its new tokens (and a group's shared first prompt once); "nokv" re-encodes the whole conversation every
-turn, as the reference does. The mean context length shows how much would be re-encoded.
+only its new tokens (and a group's shared first prompt once, kept once and read once per decode step:
+sampling.generate's share_prompts); "kv-noshare" keeps a copy of that prompt per row (share_prompts=False);
+"nokv" re-encodes the whole conversation every turn, as the reference does. The mean context length shows how
+much would be re-encoded.
 
 Left out: vLLM / paged attention, speculative decoding, torch.compile (slow to warm up on CPU).
 
@@ -48,7 +50,8 @@ def timed_generate(stats: dict):
 
     def gen(model, tokenizer, contexts, **kw):
         t0 = time.perf_counter()
-        out = sampling.generate(model, tokenizer, contexts, drop_every=stats["drop_every"], **kw)
+        out = sampling.generate(model, tokenizer, contexts, drop_every=stats["drop_every"],
+                                share_prompts=stats["share_prompts"], **kw)
         stats["gen_s"] += time.perf_counter() - t0
         stats["calls"] += 1
         stats["rows"] += len(contexts)
@@ -58,16 +61,19 @@ def timed_generate(stats: dict):
     return gen
 
 
-def bench_one(model, tok, env: str, bf16: bool, reuse_kv: bool, args, attention: str = "") -> dict:
+def bench_one(model, tok, env: str, bf16: bool, reuse_kv: bool, args, attention: str = "",
+              share_prompts: bool = True) -> dict:
     """One full P x G rollout; returns its timings and counts. attention: the bf16 sampling copy's attention
-    implementation for this rollout ("sdpa" = transformers' own; "" = what policy.bf16_copy installs)."""
+    implementation for this rollout ("sdpa" = transformers' own; "" = what policy.bf16_copy installs);
+    share_prompts: sampling.generate's (a group's first prompt stored and read once)."""
     if bf16:
         copy16 = policy.bf16_copy(model)
         copy16.set_attn_implementation(attention or decode_attention.NAME)
     cfg = rollout.RolloutConfig(env=env, max_new_tokens=args.max_new_tokens, max_turns=args.max_turns or None,
                                 bf16=bf16, reuse_kv=reuse_kv)
     seeds = [args.seed + i for i in range(args.groups)]
-    stats = {"gen_s": 0.0, "calls": 0, "rows": 0, "prompt_tokens": 0, "drop_every": args.drop_every}
+    stats = {"gen_s": 0.0, "calls": 0, "rows": 0, "prompt_tokens": 0, "drop_every": args.drop_every,
+             "share_prompts": share_prompts}
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     trajs = rollout.rollout(model, tok, cfg, seeds, args.group_size, generate_fn=timed_generate(stats))
@@ -75,7 +81,7 @@ def bench_one(model, tok, env: str, bf16: bool, reuse_kv: bool, args, attention:
     gen_tokens = sum(len(t.gen_ids) for tr in trajs for t in tr.turns)
     m = rollout.rollout_metrics(trajs)
     return {"env": env, "precision": ("bf16" if bf16 else "fp32") + (f" ({attention})" if attention else ""),
-            "kv_reuse": reuse_kv, "seconds": total, "gen_seconds": stats["gen_s"],
+            "kv_reuse": reuse_kv, "share_prompts": share_prompts and reuse_kv, "seconds": total, "gen_seconds": stats["gen_s"],
             "generated_tokens": gen_tokens, "tokens_per_s": gen_tokens / total,
             "gen_tokens_per_s": gen_tokens / max(stats["gen_s"], 1e-9), "generate_calls": stats["calls"],
             "mean_prompt_tokens": stats["prompt_tokens"] / max(stats["rows"], 1),
@@ -89,7 +95,8 @@ def markdown(rows: list, args) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
-        lines.append(f"| {r['env']} | {r['precision']} | {'yes' if r['kv_reuse'] else 'no'} | {r['seconds']:.1f} | "
+        kv = ("yes, prompt once" if r.get("share_prompts") else "yes") if r["kv_reuse"] else "no"
+        lines.append(f"| {r['env']} | {r['precision']} | {kv} | {r['seconds']:.1f} | "
                      f"{r['generated_tokens']} | "
                      f"{r['tokens_per_s']:.1f} | {r['gen_tokens_per_s']:.1f} | {r['generate_calls']} | "
                      f"{r['mean_prompt_tokens']:.0f} | {r['tokens_per_turn']:.1f} | {r['format_ok_rate']:.2f} |")
@@ -104,8 +111,10 @@ def main(argv=None):
     ap.add_argument("--model", default="smollm2-135m", help="policy.load name")
     ap.add_argument("--envs", nargs="+", default=["frozenlake", "sokoban"])
     ap.add_argument("--configs", nargs="+", default=["fp32:kv", "fp32:nokv", "bf16:kv"],
-                    choices=["fp32:kv", "fp32:nokv", "bf16:kv", "bf16:nokv", "bf16-sdpa:kv"],
-                    help="precision:KV reuse across turns (nokv = re-encode the conversation every turn); "
+                    choices=["fp32:kv", "fp32:nokv", "fp32:kv-noshare", "bf16:kv", "bf16:nokv", "bf16:kv-noshare",
+                             "bf16-sdpa:kv"],
+                    help="precision:KV reuse across turns (nokv = re-encode the conversation every turn; kv-noshare "
+                    "= KV reuse with a group's first prompt stored per row, share_prompts=False); "
                     "bf16-sdpa = the bf16 copy with transformers' SDPA for decode instead of decode_attention.py")
     ap.add_argument("--groups", type=int, default=8, help="P")
     ap.add_argument("--group-size", type=int, default=8, help="G")
@@ -127,8 +136,8 @@ def main(argv=None):
     for env in args.envs:
         for config in args.configs:
             precision, kv = config.split(":")
-            rows.append(bench_one(model, tok, env, precision.startswith("bf16"), kv == "kv", args,
-                                  "sdpa" if precision == "bf16-sdpa" else ""))
+            rows.append(bench_one(model, tok, env, precision.startswith("bf16"), kv != "nokv", args,
+                                  "sdpa" if precision == "bf16-sdpa" else "", share_prompts=kv == "kv"))
             print(json.dumps(rows[-1]), flush=True)
     cmd = "python bench/rollout.py " + " ".join(sys.argv[1:] if argv is None else argv)
     info = (f"{args.model}, P x G = {args.groups} x {args.group_size}, max_new_tokens {args.max_new_tokens}, "

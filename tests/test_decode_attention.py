@@ -143,3 +143,63 @@ def test_bench_runs_and_reports_both_kernels(capsys):
     assert err("| decode op, float32 |") < 1e-5                           # the two kernels agree in fp32
     assert err("| prefill op, 4 new tokens, float32 |") == 0.0            # and the prefill is the same SDPA
     assert ("| decode step, bf16 copy |" in out) == policy.bf16_supported("cpu")
+
+
+def test_prefix_rows_on_a_worked_example():
+    """Rows 0-4 start with prompts 1, 0, 1, 1, 2 of 4 (prompt 3 has no rows): rows (Np, R) lists each prompt's
+    rows, padded with B = 5; at[b] is row b's place in rows.flatten(); after rows 1 and 3 leave, both shrink."""
+    r = decode_attention.PrefixRows(torch.tensor([1, 0, 1, 1, 2]), 4)
+    assert r.rows.tolist() == [[1, 5, 5], [0, 2, 3], [4, 5, 5], [5, 5, 5]]
+    assert r.at.tolist() == [3, 0, 4, 5, 6]
+    r.index(r.group[torch.tensor([0, 2, 4])])
+    assert r.group.tolist() == [1, 1, 2]
+    assert r.rows.tolist() == [[3, 3], [0, 1], [2, 3], [3, 3]] and r.at.tolist() == [2, 3, 4]
+
+
+def shared_case(dtype, g):
+    """7 rows over 4 shared prompts of lengths 11, 6, 9, 3 (prompt 3 unused), left padded to Lp = 11 slots, then
+    13 own slots with left padding; returns q, own k / v, the SharedPrefix, the (B, 1, 1, Lp + T) mask."""
+    B, H, KVH, D, Lp, T = 7, 9, 3, 16, 11, 13
+    lengths = [11, 6, 9, 3]
+    q = torch.randn(B, H, 1, D, generator=g).to(dtype)
+    k, v = (torch.randn(B, KVH, T, D, generator=g).to(dtype) for _ in range(2))
+    pk, pv = (torch.randn(4, KVH, Lp, D, generator=g).to(dtype) for _ in range(2))
+    group = torch.tensor([2, 0, 0, 2, 1, 2, 0])
+    mask = torch.ones(B, 1, 1, Lp + T, dtype=torch.bool)
+    for b, p in enumerate(group.tolist()):
+        mask[b, ..., :Lp - lengths[p]] = False                          # the prompt's pad slots
+    mask[1, ..., Lp:Lp + 5] = False                                     # own left padding of two rows
+    mask[5, ..., Lp:Lp + 2] = False
+    prefix = decode_attention.SharedPrefix(pk, pv, decode_attention.PrefixRows(group, 4))
+    return q, k, v, prefix, mask
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.bfloat16, 3e-2)])
+def test_cascade_decode_equals_the_per_row_layout_and_not_the_usual_mistakes(dtype, atol):
+    """A decode step over [shared prompt | own slots] with each prompt stored once gives what an independent fp64
+    attention over the per-row copy [row's prompt | own slots] gives; not what reading another row's prompt,
+    ignoring the prompt, or ignoring its pad slots gives. As installed: a key carrying the prompt routes a
+    one-token call here and a several-token call to SDPA over the per-row copy, to the bit."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v, prefix, mask = shared_case(dtype, g)
+    K, V = decode_attention.with_prefix(k, v, prefix)                   # (B, KVH, Lp + T, D), copies
+    assert torch.equal(K[4, :, :11], prefix.k[1]) and torch.equal(V[0, :, :11], prefix.v[2])
+    ours = decode_attention.cascade_decode(q, k, v, mask, prefix)
+    ref = naive(q, K, V, mask)
+    assert ours.shape == (7, 1, 9, 16)
+    assert torch.allclose(ours.double(), ref, atol=atol)
+    wrong = decode_attention.SharedPrefix(prefix.k, prefix.v, decode_attention.PrefixRows((prefix.rows.group + 1) % 3, 4))
+    assert not torch.allclose(ours.double(), naive(q, *decode_attention.with_prefix(k, v, wrong), mask), atol=1e-2)
+    assert not torch.allclose(ours.double(), naive(q, k, v, mask[..., 11:]), atol=1e-2)          # prompt ignored
+    no_pad = torch.ones_like(mask)
+    no_pad[..., 11:] = mask[..., 11:]
+    assert not torch.allclose(ours.double(), naive(q, K, V, no_pad), atol=1e-2)                    # pads attended
+    keyed = decode_attention.attach(k.clone(), prefix)
+    out, _ = decode_attention.decode_attention(Heads(), q, keyed, v, mask)
+    assert torch.equal(out, ours)
+    q5 = torch.randn(7, 9, 5, 16, generator=g).to(dtype)                # 5 new tokens per row: a turn's prefill
+    mask5 = mask.repeat(1, 1, 5, 1)
+    mask5[..., -4:] &= torch.ones(5, 4, dtype=torch.bool).tril()        # causal among them
+    out5, _ = decode_attention.decode_attention(Heads(), q5, keyed, v, mask5)
+    theirs, _ = decode_attention.decode_attention(Heads(), q5, K, V, mask5)
+    assert torch.equal(out5, theirs)

@@ -12,6 +12,7 @@ tests/test_rollout.py::test_dropping_finished_rows_changes_no_sample[True-0.001]
 sampled vs recomputed log-probs differ by ~0.02 mean / 0.22 max (the samples are slightly off-policy), which is why
 the update recomputes old log-probs under the same autocast state as its own forward (first ratio exactly 1).
 """
+import functools
 import os
 import subprocess
 import sys
@@ -66,7 +67,8 @@ def test_bf16_default_follows_the_hardware_unless_the_environment_says(monkeypat
 
 def test_bf16_rollout_masks_and_logprobs_within_measured_tolerance(tiny):
     """A bf16 rollout keeps every token-level invariant; its sampled log-probs equal a bf16 recomputation on the
-    training tensors within 1e-2 (measured 1e-3 max), and KV reuse gives the same samples as re-encoding."""
+    training tensors within 1e-2 (measured 1e-3 max), and KV reuse gives the same samples as re-encoding (with each
+    row's own copy of its prompt: a prompt shared by the group rounds differently in bf16, see test_policy.py)."""
     model, tok = tiny
     torch.manual_seed(0)
     cfg = RolloutConfig(env="frozenlake", max_new_tokens=8, max_turns=2, bf16=True)
@@ -79,6 +81,9 @@ def test_bf16_rollout_masks_and_logprobs_within_measured_tolerance(tiny):
     for b, tr in enumerate(trajs):
         sampled = torch.tensor([x for turn in tr.turns for x in turn.gen_logp])
         assert torch.allclose(logp[b][t["loss_mask"][b] == 1], sampled, atol=1e-2)
+    torch.manual_seed(0)
+    trajs = rollout.rollout(model, tok, cfg, [10, 11], 2, generate_fn=functools.partial(sampling.generate,
+                                                                                        share_prompts=False))
     torch.manual_seed(0)
     plain = rollout.rollout(model, tok, RolloutConfig(env="frozenlake", max_new_tokens=8, max_turns=2,
                                                       reuse_kv=False, bf16=True), [10, 11], 2)
