@@ -38,9 +38,13 @@ copy reaches) and the elementwise work on the scores.
 
 What it leaves out: a fused kernel (score, mask and softmax are separate ops), anything but CPU decode (on a GPU
 keep SDPA / flash attention; sampling.py only shares prompts where this implementation is installed on a CPU).
+In a batch that mixes rows with and without a shared prompt, the rows without one still score the Lp prompt
+columns (masked) and count toward prompt 0's rows: wasted work, never a wrong result; rollouts do not mix them
+(every group of two or more rows shares its first prompt).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -60,26 +64,33 @@ def _scores(qg, key):
     return torch.matmul(qg, key.transpose(-1, -2))
 
 
-def _softmax(s, attention_mask):
-    """softmax over the last dim of freshly computed scores s (..., T), masked in place (None, bool with True =
-    attend, or additive float; its last T columns are s's). In bf16 torch's CPU softmax computes in fp32 and rounds
-    the probabilities to bf16 (what the value matmul reads anyway), so no fp32 copy of the scores is made."""
-    s = s.contiguous()                                               # (a copy only of the transposed bf16 scores)
+def _softmax(s, attention_mask, scale: float, dtype):
+    """softmax(s * scale + mask) over the last dim of freshly computed scores s (..., T), masked in place (None,
+    bool with True = attend, or additive float; its last T columns are s's), as `dtype`. scale 1: s is already
+    scaled (q was, see _split_scale); then in bf16 torch's CPU softmax computes in fp32 inside and rounds the
+    probabilities to bf16 (what the value matmul reads anyway), so no fp32 copy of the scores is made. Any other
+    scale is applied to fp32 scores."""
+    s = s.contiguous() if scale == 1.0 else s.float() * scale      # (a copy only of transposed bf16 scores)
     if attention_mask is not None:
         m = attention_mask[..., -s.shape[-1]:]
         s = s.masked_fill_(~m, float("-inf")) if m.dtype == torch.bool else s.add_(m.to(s.dtype))
-    return torch.softmax(s, dim=-1)
+    return torch.softmax(s, dim=-1).to(dtype)
+
+
+def _split_scale(qg, scale: float):
+    """(q to score with, scale left for the scores): a power-of-two scale (head dim 4^k: 16, 64, 256) goes into q,
+    exactly, in any precision; any other stays for _softmax (scaling a bf16 q by 1/sqrt(128) would round q again:
+    twice the error against fp64, measured)."""
+    return (qg * scale, 1.0) if math.frexp(scale)[0] == 0.5 else (qg, scale)
 
 
 def grouped_decode(query, key, value, attention_mask, scaling=None):
     """One query token per row: query (B, H, 1, D), key / value (B, KVH, T, D), attention_mask None, bool (B, 1, 1, T)
-    with True = attend, or additive float; returns (B, 1, H, D). Query head h reads KV head h // (H / KVH). The
-    scale is applied to q (exact in any precision when it is a power of two: head dim 64)."""
+    with True = attend, or additive float; returns (B, 1, H, D). Query head h reads KV head h // (H / KVH)."""
     B, H, _, D = query.shape
     KVH = key.shape[1]
-    scale = scaling if scaling is not None else D ** -0.5
-    qg = query.reshape(B, KVH, H // KVH, D) * scale                  # (B, KVH, G, D): a KV head's query heads
-    p = _softmax(_scores(qg, key), attention_mask)                    # (B, KVH, G, T)
+    qg, rest = _split_scale(query.reshape(B, KVH, H // KVH, D), scaling if scaling is not None else D ** -0.5)
+    p = _softmax(_scores(qg, key), attention_mask, rest, value.dtype)   # (B, KVH, G, T)
     out = torch.matmul(p, value)                                     # (B, KVH, G, D)
     return out.reshape(B, 1, H, D)                                   # heads in the order of q's reshape
 
@@ -131,13 +142,13 @@ def cascade_decode(query, key, value, attention_mask, prefix: SharedPrefix, scal
     KVH, Lp = key.shape[1], prefix.k.shape[2]
     G, (Np, R) = H // KVH, prefix.rows.rows.shape
     scale = scaling if scaling is not None else D ** -0.5
-    qg = query.reshape(B, KVH, G, D) * scale                          # (B, KVH, G, D)
+    qg, rest = _split_scale(query.reshape(B, KVH, G, D), scale)      # (B, KVH, G, D)
     qp = torch.cat([qg, qg.new_zeros(1, KVH, G, D)])[prefix.rows.rows]            # (Np, R, KVH, G, D), pads: 0
     qp = qp.transpose(1, 2).reshape(Np, KVH, R * G, D)
     sp = torch.matmul(qp, prefix.k.transpose(-1, -2))                 # (Np, KVH, R x G, Lp): a prompt read once
     sp = sp.view(Np, KVH, R, G, Lp).transpose(1, 2).reshape(Np * R, KVH, G, Lp)[prefix.rows.at]   # (B, KVH, G, Lp)
     s = torch.cat([sp, _scores(qg, key)], dim=-1)                    # (B, KVH, G, Lp + T)
-    p = _softmax(s, attention_mask)
+    p = _softmax(s, attention_mask, rest, value.dtype)
     out = torch.matmul(p[..., Lp:], value)                            # (B, KVH, G, D): the rows' own slots
     pp = p.new_zeros(Np * R, KVH, G, Lp).index_copy_(0, prefix.rows.at, p[..., :Lp])
     pp = pp.view(Np, R, KVH, G, Lp).transpose(1, 2).reshape(Np, KVH, R * G, Lp)

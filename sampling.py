@@ -102,8 +102,9 @@ def _encode_prefixes(model, contexts, rows, kv: KVStore, keys, batch: int = 16, 
                             position_ids=position_ids_from_mask(attn).to(device), cache=cache, use_cache=True)
         for j, p in enumerate(chunk):  # keep the real (non-pad) positions of each prefix
             states = [(layer.keys[j, :, L - len(p):], layer.values[j, :, L - len(p):]) for layer in cache.layers]
-            if share and len(unique[p]) > 1:
-                entry = Entry(p, [(k[:, :0], v[:, :0]) for k, v in states], Prompt(p, states))
+            if share and len(unique[p]) > 1:  # copies: a view would keep the whole padded chunk alive with it
+                entry = Entry(p, [(k[:, :0], v[:, :0]) for k, v in states],
+                              Prompt(p, [(k.clone(), v.clone()) for k, v in states]))
             else:
                 entry = Entry(p, states)
             for i in unique[p]:

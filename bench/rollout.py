@@ -137,7 +137,8 @@ def main(argv=None):
         for config in args.configs:
             precision, kv = config.split(":")
             rows.append(bench_one(model, tok, env, precision.startswith("bf16"), kv != "nokv", args,
-                                  "sdpa" if precision == "bf16-sdpa" else "", share_prompts=kv == "kv"))
+                                  "sdpa" if precision == "bf16-sdpa" else "",   # SDPA cannot share a prompt
+                                  share_prompts=kv == "kv" and precision != "bf16-sdpa"))
             print(json.dumps(rows[-1]), flush=True)
     cmd = "python bench/rollout.py " + " ".join(sys.argv[1:] if argv is None else argv)
     info = (f"{args.model}, P x G = {args.groups} x {args.group_size}, max_new_tokens {args.max_new_tokens}, "

@@ -26,10 +26,10 @@ def naive(q, k, v, mask, tile=False):
     return (torch.softmax(s, -1) @ v).transpose(1, 2)                  # (B, q, H, D)
 
 
-@pytest.mark.parametrize("with_mask", [True, False])
-def test_grouped_decode_equals_an_independent_reference_and_not_the_usual_mistakes(with_mask):
+@pytest.mark.parametrize("with_mask,D", [(True, 16), (False, 16), (True, 24)])   # 24: a scale that is not 2^k
+def test_grouped_decode_equals_an_independent_reference_and_not_the_usual_mistakes(with_mask, D):
     g = torch.Generator().manual_seed(0)
-    B, H, KVH, T, D = 5, 9, 3, 37, 16
+    B, H, KVH, T = 5, 9, 3, 37
     q, k, v = (torch.randn(B, n, t, D, generator=g) for n, t in ((H, 1), (KVH, T), (KVH, T)))
     mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
     mask[0, ..., :11] = False                                           # left padding of different lengths
@@ -156,10 +156,10 @@ def test_prefix_rows_on_a_worked_example():
     assert r.rows.tolist() == [[3, 3], [0, 1], [2, 3], [3, 3]] and r.at.tolist() == [2, 3, 4]
 
 
-def shared_case(dtype, g):
+def shared_case(dtype, g, D=16):
     """7 rows over 4 shared prompts of lengths 11, 6, 9, 3 (prompt 3 unused), left padded to Lp = 11 slots, then
     13 own slots with left padding; returns q, own k / v, the SharedPrefix, the (B, 1, 1, Lp + T) mask."""
-    B, H, KVH, D, Lp, T = 7, 9, 3, 16, 11, 13
+    B, H, KVH, Lp, T = 7, 9, 3, 11, 13
     lengths = [11, 6, 9, 3]
     q = torch.randn(B, H, 1, D, generator=g).to(dtype)
     k, v = (torch.randn(B, KVH, T, D, generator=g).to(dtype) for _ in range(2))
@@ -174,19 +174,20 @@ def shared_case(dtype, g):
     return q, k, v, prefix, mask
 
 
-@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.bfloat16, 3e-2)])
-def test_cascade_decode_equals_the_per_row_layout_and_not_the_usual_mistakes(dtype, atol):
+@pytest.mark.parametrize("dtype,atol,D", [(torch.float32, 1e-6, 16), (torch.bfloat16, 3e-2, 16),
+                                          (torch.float32, 1e-6, 24)])
+def test_cascade_decode_equals_the_per_row_layout_and_not_the_usual_mistakes(dtype, atol, D):
     """A decode step over [shared prompt | own slots] with each prompt stored once gives what an independent fp64
     attention over the per-row copy [row's prompt | own slots] gives; not what reading another row's prompt,
     ignoring the prompt, or ignoring its pad slots gives. As installed: a key carrying the prompt routes a
     one-token call here and a several-token call to SDPA over the per-row copy, to the bit."""
     g = torch.Generator().manual_seed(5)
-    q, k, v, prefix, mask = shared_case(dtype, g)
+    q, k, v, prefix, mask = shared_case(dtype, g, D)
     K, V = decode_attention.with_prefix(k, v, prefix)                   # (B, KVH, Lp + T, D), copies
     assert torch.equal(K[4, :, :11], prefix.k[1]) and torch.equal(V[0, :, :11], prefix.v[2])
     ours = decode_attention.cascade_decode(q, k, v, mask, prefix)
     ref = naive(q, K, V, mask)
-    assert ours.shape == (7, 1, 9, 16)
+    assert ours.shape == (7, 1, 9, D)
     assert torch.allclose(ours.double(), ref, atol=atol)
     wrong = decode_attention.SharedPrefix(prefix.k, prefix.v, decode_attention.PrefixRows((prefix.rows.group + 1) % 3, 4))
     assert not torch.allclose(ours.double(), naive(q, *decode_attention.with_prefix(k, v, wrong), mask), atol=1e-2)
@@ -197,7 +198,7 @@ def test_cascade_decode_equals_the_per_row_layout_and_not_the_usual_mistakes(dty
     keyed = decode_attention.attach(k.clone(), prefix)
     out, _ = decode_attention.decode_attention(Heads(), q, keyed, v, mask)
     assert torch.equal(out, ours)
-    q5 = torch.randn(7, 9, 5, 16, generator=g).to(dtype)                # 5 new tokens per row: a turn's prefill
+    q5 = torch.randn(7, 9, 5, D, generator=g).to(dtype)                # 5 new tokens per row: a turn's prefill
     mask5 = mask.repeat(1, 1, 5, 1)
     mask5[..., -4:] &= torch.ones(5, 4, dtype=torch.bool).tril()        # causal among them
     out5, _ = decode_attention.decode_attention(Heads(), q5, keyed, v, mask5)

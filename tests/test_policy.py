@@ -562,6 +562,8 @@ def test_shared_prompts_sample_what_per_row_prompts_sample(tiny, bf16):
     assert all(x.prompt is None for x in e_plain.values())
     dtype = torch.bfloat16 if bf16 else torch.float32
     assert all(k.dtype == dtype for x in e.values() for k, _ in x.kv) and e[0].prompt.kv[0][0].dtype == dtype
+    for k, v in e[0].prompt.kv:          # its own memory, not a view that keeps the padded encoding batch alive
+        assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in (k, v))
     for i in range(7):
         own = len(e[i].ids) - (len(e[i].prompt.ids) if e[i].prompt is not None else 0)
         assert e[i].kv[0][0].shape[1] == own
