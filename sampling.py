@@ -346,10 +346,10 @@ def generate(model, tokenizer, contexts: list, *, max_new_tokens: int, temperatu
     entries = [kv.entries.get(k) if kv is not None else None for k in keys or [None] * n]
     if not share:  # a prompt stored once goes back in front of the row's own states
         entries = [e if e is None or e.prompt is None else Entry(e.ids, e.full()) for e in entries]
-    prompts = {}  # id(Prompt) -> its index among this batch's shared prompts
+    prompts = {}  # id(Prompt) -> Prompt: this batch's shared prompts, in order of first use
     for e in entries:
         if e is not None and e.prompt is not None:
-            prompts.setdefault(id(e.prompt), len(prompts))
+            prompts.setdefault(id(e.prompt), e.prompt)
     lp = [len(e.prompt.ids) if e is not None and e.prompt is not None else 0 for e in entries]  # prompt part
     cached = [len(e.ids) - l if e is not None else 0 for e, l in zip(entries, lp)]  # own cached part
     Lp, S = max(lp), max(cached)
@@ -440,22 +440,20 @@ def _shares_prompts(model, device) -> bool:
 
 
 def _shared_prefixes(entries, prompts: dict, Lp: int) -> list:
-    """Per layer a decode_attention.SharedPrefix: the batch's shared prompts, each left padded to Lp slots
-    (zeros, masked), and which row starts with which (a row without one points at prompt 0, masked)."""
-    found = {}
-    for e in entries:
-        if e is not None and e.prompt is not None:
-            found.setdefault(id(e.prompt), e.prompt)
-    group = torch.tensor([prompts[id(e.prompt)] if e is not None and e.prompt is not None else 0 for e in entries],
+    """Per layer a decode_attention.SharedPrefix: the batch's shared prompts (id -> Prompt, in order), each left
+    padded to Lp slots (zeros, masked), and which row starts with which (a row without one points at prompt 0,
+    masked)."""
+    index = {key: j for j, key in enumerate(prompts)}
+    group = torch.tensor([index[id(e.prompt)] if e is not None and e.prompt is not None else 0 for e in entries],
                          dtype=torch.long)
     rows = decode_attention.PrefixRows(group, len(prompts))
+    first = next(iter(prompts.values()))
     out = []
-    for layer in range(len(next(iter(found.values())).kv)):
-        K0, V0 = next(iter(found.values())).kv[layer]
+    for layer, (K0, V0) in enumerate(first.kv):
         k = K0.new_zeros(len(prompts), K0.shape[0], Lp, K0.shape[-1])     # (Np, KVH, Lp, D)
         v = V0.new_zeros(len(prompts), V0.shape[0], Lp, V0.shape[-1])
-        for key, p in found.items():
+        for j, p in enumerate(prompts.values()):
             pk, pv = p.kv[layer]
-            k[prompts[key], :, Lp - pk.shape[1]:], v[prompts[key], :, Lp - pv.shape[1]:] = pk, pv
+            k[j, :, Lp - pk.shape[1]:], v[j, :, Lp - pv.shape[1]:] = pk, pv
         out.append(decode_attention.SharedPrefix(k, v, rows))
     return out
