@@ -543,9 +543,9 @@ def load_policy(args, device):
 
 def run_environment(args, device) -> dict:
     """What decided this run's numbers beyond its flags: the precision path (it depends on the CPU) and, for envs
-    that run model-written code, the isolation they used."""
+    that run model-written code, the isolation they used; and whether large tensors got huge pages (speed only)."""
     bf16 = policy.bf16_default(device) if args.bf16 else False
-    return {"native_bf16": policy.bf16_supported(device),
+    return {"native_bf16": policy.bf16_supported(device), "huge_pages": policy.huge_pages(),
             "precision": {"rollout": "bf16 weight copy, grouped decode attention" if bf16 else "fp32",
                           "update": "bf16 autocast" if bf16 else "fp32",
                           "mi": "fp32" if config.mi_bf16(args) is False else ("bf16" if bf16 else "fp32")},

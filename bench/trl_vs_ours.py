@@ -200,6 +200,9 @@ def main(argv=None):
         except ImportError:
             raise SystemExit(TRL_HINT)
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(a.threads)} if a.threads else {}))
+    # the same allocator setting on both sides: policy.py turns PyTorch's huge pages on before the first tensor,
+    # but the TRL part imports trl / datasets first, which may allocate before policy is imported
+    env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     results, t0 = {}, time.perf_counter()
     for part in parts:
         args = [arg for arg in (sys.argv[1:] if argv is None else argv)]

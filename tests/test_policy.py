@@ -591,3 +591,31 @@ def test_an_uncached_hub_id_without_network_fails_fast_in_one_line(monkeypatch):
     import train
     with pytest.raises(config.UsageError, match="^--model: could not load"):
         train.load_policy(config.resolve(["--model", "nobody-xyz/no-such-model"])[0], "cpu")
+
+
+def test_entry_points_get_huge_pages_where_the_kernel_offers_them():
+    """policy.py switches PyTorch's THP_MEM_ALLOC_ENABLE on before the first tensor allocation of train.py /
+    evaluate.py (a fresh process each); =0 in the environment keeps 4 KB pages where THP is only on request."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    try:
+        mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        pytest.skip("no transparent huge pages on this kernel")
+    if "[never]" in mode:
+        pytest.skip("transparent huge pages are off on this machine ([never])")
+    root = Path(__file__).resolve().parents[1]
+
+    def probe(module, env_value=None):
+        env = {k: v for k, v in __import__("os").environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+        if env_value is not None:
+            env["THP_MEM_ALLOC_ENABLE"] = env_value
+        out = subprocess.run([sys.executable, "-c", f"import {module}, policy; print(policy.huge_pages())"],
+                             cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.split()[-1] == "True"
+
+    assert probe("train") and probe("evaluate")
+    if "[madvise]" in mode:                       # on request only: the switch is what gives them
+        assert not probe("train", "0")
