@@ -342,8 +342,8 @@ BF16_ENV = "NANORAGEN_BF16"   # "0" / "1": override the default below (the suite
 def _mapping_of(address: int) -> dict:
     """The /proc/self/smaps entry of the memory mapping that holds `address`: its fields (kB values as int) and
     its VmFlags as a set; {} where /proc is unreadable or no mapping holds it."""
-    try:
-        lines = Path("/proc/self/smaps").read_text().splitlines()
+    try:   # bytes: a mapped file's path need not be UTF-8
+        lines = Path("/proc/self/smaps").read_bytes().decode("ascii", "replace").splitlines()
     except OSError:
         return {}
     entry = None
@@ -362,13 +362,14 @@ def _mapping_of(address: int) -> dict:
 
 
 def huge_pages() -> bool:
-    """Whether this process's large CPU tensors get transparent huge pages (see THP_MEM_ALLOC_ENABLE above): an
-    8 MB tensor's mapping is advised for them (VmFlags "hg", THP "madvise") or already backed by them (THP
-    "always"). False where the kernel offers none, where THP_MEM_ALLOC_ENABLE=0 with THP "madvise", or where a
-    tensor was allocated before this module was imported."""
+    """Whether this process's large CPU tensors get transparent huge pages (see THP_MEM_ALLOC_ENABLE above): the
+    kernel's verdict on an 8 MB tensor's mapping (smaps' THPeligible, which accounts for THP "never" and for the
+    madvise that PyTorch issues; kernels without that field: backed by huge pages already). False where the kernel
+    offers none, where THP_MEM_ALLOC_ENABLE=0 with THP "madvise", or where a tensor was allocated before this module
+    was imported."""
     t = torch.ones(8 << 18)                                              # 8 MB of fp32, touched
     m = _mapping_of(t.data_ptr())
-    return "hg" in m.get("VmFlags", ()) or m.get("AnonHugePages", 0) > 0
+    return m["THPeligible"] == 1 if "THPeligible" in m else m.get("AnonHugePages", 0) > 0
 
 
 def bf16_supported(device) -> bool:

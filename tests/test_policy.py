@@ -619,3 +619,15 @@ def test_entry_points_get_huge_pages_where_the_kernel_offers_them():
     assert probe("train") and probe("evaluate")
     if "[madvise]" in mode:                       # on request only: the switch is what gives them
         assert not probe("train", "0")
+
+
+def test_huge_pages_reads_smaps_with_a_mapped_file_whose_name_is_not_utf8(tmp_path):
+    """A memory-mapped file with a non-UTF-8 name (safetensors maps model files) must not break the check that
+    train.py runs at start-up; the answer is a bool either way."""
+    import mmap
+    import os
+    path = os.path.join(os.fsencode(tmp_path), b"model\xffname")
+    with open(path, "wb") as f:
+        f.write(b"x" * 8192)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ):
+        assert policy.huge_pages() in (True, False)
