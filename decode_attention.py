@@ -1,19 +1,23 @@
-"""Attention on the CPU: decode steps as grouped matmuls (a shared prompt read once), masked prefills as SDPA-GQA.
+"""Attention on the CPU: decode steps fused (decode_kernel.py) or as grouped matmuls, masked prefills as SDPA-GQA.
 
 What it implements: softmax(q K^T / sqrt(d) + mask) V, three ways, instead of transformers' SDPA call:
-- a single new token per row in bf16 (the decode steps of the bf16 sampling copy): the query heads of one KV head
-  batched as rows of one matmul, (B, KVH, G, D) x (B, KVH, T, D) -> (B, KVH, G, T), so each K and V slot is read
-  once per step; the softmax computes in fp32 (torch's CPU softmax does for bf16 input);
+- a single new token per row (the decode steps; fp32, or bf16 on the bf16 sampling copy): decode_kernel.py's
+  fused kernel where it is built (one pass over K, an fp32 softmax, one pass over V, masked slots skipped; fp32
+  inside whatever the cache's dtype), else the query heads of one KV head batched as rows of one matmul, (B, KVH,
+  G, D) x (B, KVH, T, D) -> (B, KVH, G, T), so each K and V slot is read once per step (bf16 only: in fp32 the
+  matmul path leaves plain decode to SDPA); the softmax computes in fp32 (torch's CPU softmax does for bf16 input);
 - a single new token per row that continues a prompt several rows share (sampling.py's `share_prompts`, fp32 or
-  bf16): the same, plus one matmul per prompt for all its rows (`cascade_decode`, below);
+  bf16): the same for the rows' own slots, plus one matmul per prompt for all its rows (`cascade_decode`, below),
+  the two parts merged by log-sum-exp (with the kernel) or under one softmax (without);
 - several tokens per row under a padding mask, outside autograd (a turn's new tokens over the cached
   conversation, MI scoring, old log-probs, evaluation): torch's SDPA with `enable_gqa=True`, where transformers
   first copies K and V once per query head (`repeat_kv`: it only uses torch's GQA when there is no mask). The
   result is the same to the bit (tested), without the copies.
-Anything else (fp32 decode without a shared prompt, any forward with gradients, no mask, GPU tensors, dropout,
-position biases, soft-capping) goes to transformers' `sdpa_attention_forward` unchanged. fp32 sampled log-probs
-are not bit-equal to a recomputation on the training tensors anyway (the cached layout sums in another order):
-3e-6 mean, 2e-5 max |difference| on SmolLM2 over a 3-turn FrozenLake rollout, with or without shared prompts.
+Anything else (any forward with gradients, no mask, GPU tensors, dropout, position biases, soft-capping; fp32
+decode without a shared prompt where the kernel is not built) goes to transformers' `sdpa_attention_forward`
+unchanged. fp32 sampled log-probs are not bit-equal to a recomputation on the training tensors anyway (the cached
+layout sums in another order): 3e-6 mean, 2e-5 max |difference| on SmolLM2 over a 3-turn FrozenLake rollout, with
+or without shared prompts (before the kernel; it sums in yet another order).
 
 Why our own (issue 21, docs/speed.md): on the CPU, PyTorch's SDPA for one query row over a ~1k-token bf16 KV
 cache (what transformers calls with its GQA packing: 3 query rows per KV head, a padding mask) reads the cache at
@@ -36,7 +40,10 @@ frozenlake --configs fp32:kv fp32:kv-noshare --threads 2`, AMX Xeon, back to bac
 step's attention is the per-row part (batched matmuls with 3 query rows read K and V at 11-18 GB/s of the ~27 a
 copy reaches) and the elementwise work on the scores.
 
-What it leaves out: a fused kernel (score, mask and softmax are separate ops), anything but CPU decode (on a GPU
+The fused kernel (decode_kernel.py, issue 21) replaces the per-row part's matmuls, score copies and masked
+softmax by one pass over K and one over V per (row, KV head), in fp32 inside; numbers in docs/speed.md.
+
+What it leaves out: a fused prompt part (it stays one matmul per prompt), anything but CPU decode (on a GPU
 keep SDPA / flash attention; sampling.py only shares prompts where this implementation is installed on a CPU).
 In a batch that mixes rows with and without a shared prompt, the rows without one still score the Lp prompt
 columns (masked) and count toward prompt 0's rows: wasted work, never a wrong result; rollouts do not mix them
@@ -51,6 +58,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+import decode_kernel
 
 NAME = "nanoragen_decode"
 
@@ -84,11 +93,40 @@ def _split_scale(qg, scale: float):
     return (qg * scale, 1.0) if math.frexp(scale)[0] == 0.5 else (qg, scale)
 
 
-def grouped_decode(query, key, value, attention_mask, scaling=None):
-    """One query token per row: query (B, H, 1, D), key / value (B, KVH, T, D), attention_mask None, bool (B, 1, 1, T)
-    with True = attend, or additive float; returns (B, 1, H, D). Query head h reads KV head h // (H / KVH)."""
+def _kernel_masks(attention_mask, B: int, T: int):
+    """decode_kernel's (mask, add), each (B, T) or None, from an attention mask (None, bool with True = attend, or
+    additive float; (B or 1, 1, 1, >= T): its last T columns are the keys')."""
+    if attention_mask is None:
+        return None, None
+    m = attention_mask[:, 0, -1, -T:].expand(B, T)
+    return (m, None) if m.dtype == torch.bool else (None, m.float())
+
+
+def _fused(query, key, value) -> bool:
+    """Whether decode_kernel.py computes this step: built here, CPU tensors, no gradient wanted."""
+    return (query.device.type == "cpu" and not (torch.is_grad_enabled() and
+                                                any(t.requires_grad for t in (query, key, value)))
+            and key.dtype in (torch.float32, torch.bfloat16) and decode_kernel.op() is not None)
+
+
+def fused_decode(query, key, value, attention_mask, scaling=None):
+    """grouped_decode by decode_kernel.py (one pass over K and V, fp32 inside): (out (B, KVH, G, D) fp32, lse
+    (B, KVH, G) fp32), the log-sum-exp of the scaled, masked scores (cascade_decode merges with it)."""
     B, H, _, D = query.shape
     KVH = key.shape[1]
+    scale = scaling if scaling is not None else D ** -0.5
+    qg = query.reshape(B, KVH, H // KVH, D).float() * scale              # (B, KVH, G, D) fp32
+    return decode_kernel.decode(qg, key, value, *_kernel_masks(attention_mask, B, key.shape[2]))
+
+
+def grouped_decode(query, key, value, attention_mask, scaling=None):
+    """One query token per row: query (B, H, 1, D), key / value (B, KVH, T, D), attention_mask None, bool (B, 1, 1, T)
+    with True = attend, or additive float; returns (B, 1, H, D). Query head h reads KV head h // (H / KVH).
+    By decode_kernel.py where it is built (and no gradient is wanted), else as batched matmuls."""
+    B, H, _, D = query.shape
+    KVH = key.shape[1]
+    if _fused(query, key, value):
+        return fused_decode(query, key, value, attention_mask, scaling)[0].to(value.dtype).reshape(B, 1, H, D)
     qg, rest = _split_scale(query.reshape(B, KVH, H // KVH, D), scaling if scaling is not None else D ** -0.5)
     p = _softmax(_scores(qg, key), attention_mask, rest, value.dtype)   # (B, KVH, G, T)
     out = torch.matmul(p, value)                                     # (B, KVH, G, D)
@@ -142,6 +180,8 @@ def cascade_decode(query, key, value, attention_mask, prefix: SharedPrefix, scal
     KVH, Lp = key.shape[1], prefix.k.shape[2]
     G, (Np, R) = H // KVH, prefix.rows.rows.shape
     scale = scaling if scaling is not None else D ** -0.5
+    if _fused(query, key, value):
+        return _cascade_fused(query, key, value, attention_mask, prefix, scale)
     qg, rest = _split_scale(query.reshape(B, KVH, G, D), scale)      # (B, KVH, G, D)
     qp = torch.cat([qg, qg.new_zeros(1, KVH, G, D)])[prefix.rows.rows]            # (Np, R, KVH, G, D), pads: 0
     qp = qp.transpose(1, 2).reshape(Np, KVH, R * G, D)
@@ -157,6 +197,35 @@ def cascade_decode(query, key, value, attention_mask, prefix: SharedPrefix, scal
     return (out + op).reshape(B, 1, H, D)
 
 
+def _cascade_fused(query, key, value, attention_mask, prefix: SharedPrefix, scale: float):
+    """cascade_decode with the rows' own slots by decode_kernel.py: the prompt part as one matmul per prompt (scores
+    in the cache's dtype, as cascade_decode's; their softmax and log-sum-exp in fp32), the two merged by log-sum-exp:
+    out = exp(lse_own - lse) out_own + exp(lse_prompt - lse) out_prompt, lse = logaddexp(lse_own, lse_prompt)."""
+    B, H, _, D = query.shape
+    KVH, Lp = key.shape[1], prefix.k.shape[2]
+    G, (Np, R) = H // KVH, prefix.rows.rows.shape
+    own, lse_own = fused_decode(query, key, value, None if attention_mask is None else attention_mask[..., Lp:],
+                                scale)                                              # (B, KVH, G, D), (B, KVH, G)
+    qg, rest = _split_scale(query.reshape(B, KVH, G, D), scale)
+    qp = torch.cat([qg, qg.new_zeros(1, KVH, G, D)])[prefix.rows.rows]            # (Np, R, KVH, G, D), pads: 0
+    qp = qp.transpose(1, 2).reshape(Np, KVH, R * G, D)
+    sp = torch.matmul(qp, prefix.k.transpose(-1, -2))                 # (Np, KVH, R x G, Lp): a prompt read once
+    sp = sp.view(Np, KVH, R, G, Lp).transpose(1, 2).reshape(Np * R, KVH, G, Lp)[prefix.rows.at].float() * rest
+    if attention_mask is not None:
+        m = attention_mask[..., :Lp]                                  # (B, 1, 1, Lp)
+        sp = sp.masked_fill_(~m, float("-inf")) if m.dtype == torch.bool else sp.add_(m.float())
+    lse_p = torch.logsumexp(sp, dim=-1)                               # (B, KVH, G); -inf: no prompt slot attended
+    pp = torch.exp(sp - lse_p.masked_fill(lse_p == float("-inf"), 0.0)[..., None]).to(value.dtype)
+    pp = pp.new_zeros(Np * R, KVH, G, Lp).index_copy_(0, prefix.rows.at, pp)
+    pp = pp.view(Np, R, KVH, G, Lp).transpose(1, 2).reshape(Np, KVH, R * G, Lp)
+    op = torch.matmul(pp, prefix.v)                                   # (Np, KVH, R x G, D)
+    op = op.view(Np, KVH, R, G, D).transpose(1, 2).reshape(Np * R, KVH, G, D)[prefix.rows.at].float()
+    lse = torch.logaddexp(lse_own, lse_p)
+    lse = lse.masked_fill(lse == float("-inf"), 0.0)                  # a row that attends to nothing: 0, not NaN
+    out = own * torch.exp(lse_own - lse)[..., None] + op * torch.exp(lse_p - lse)[..., None]
+    return out.to(value.dtype).reshape(B, 1, H, D)
+
+
 def with_prefix(key, value, prefix: SharedPrefix):
     """The per-row layout: [the row's prompt | its own slots], (B, KVH, Lp + T, D) each (a copy)."""
     g = prefix.rows.group
@@ -166,8 +235,9 @@ def with_prefix(key, value, prefix: SharedPrefix):
 def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                      is_causal=None, **kwargs):
     """transformers' attention-function signature; query (B, H, q, D), key / value (B, KVH, T, D); returns
-    ((B, q, H, D), None). On the CPU: q = 1 in bf16: grouped_decode; q > 1 with a mask, outside autograd: SDPA
-    with GQA; anything else (fp32 decode, a forward with gradients, no mask, any GPU call): transformers' own."""
+    ((B, q, H, D), None). On the CPU: q = 1: decode_kernel.py (without a gradient, where built), else in bf16
+    grouped_decode's matmuls; q > 1 with a mask, outside autograd: SDPA with GQA; anything else (fp32 decode without
+    the kernel, a forward with gradients, no mask, any GPU call): transformers' own."""
     B, H, q, D = query.shape
     prefix = getattr(key, "shared_prefix", None)                      # a shared prompt (sampling.py's batch cache)
     if prefix is not None:
@@ -181,6 +251,8 @@ def decode_attention(module, query, key, value, attention_mask, dropout: float =
         out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
                                                                scale=scaling, enable_gqa=True)
         return out.transpose(1, 2).contiguous(), None
+    if q == 1 and plain and _fused(query, key, value):                # one pass over K and V, fp32 inside
+        return grouped_decode(query, key, value, attention_mask, scaling), None
     if q != 1 or not plain or query.dtype == torch.float32:              # fp32 decode: SDPA is faster there
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)

@@ -305,7 +305,7 @@ def load(name: str = "smollm2-135m", *, device="cpu", dtype=torch.float32, seed:
             ) from err
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
-    if torch.device(device).type == "cpu":             # masked prefills without repeat_kv copies (same numbers)
+    if torch.device(device).type == "cpu":     # masked prefills without repeat_kv copies (same numbers), fused decode
         decode_attention.install(model)
     return model.to(device).eval(), tokenizer
 
@@ -441,7 +441,7 @@ def bf16_copy(model: nn.Module) -> nn.Module:
         for name, b in model.named_buffers():          # buffers (RoPE's inv_freq) stay fp32: rounding them would
             mod, _, leaf = name.rpartition(".")        # shift every rotary frequency, i.e. long-range positions
             copy16.get_submodule(mod)._buffers[leaf] = b.detach().clone()
-        decode_attention.install(copy16)               # one-token steps as grouped matmuls (decode_attention.py)
+        decode_attention.install(copy16)               # one-token steps fused or grouped (decode_attention.py)
         head = copy16.get_output_embeddings()
         if head is not None:                           # see _contiguous_input
             head.register_forward_pre_hook(_contiguous_input)

@@ -13,8 +13,9 @@ happens (docs/speed.md has the numbers):
   cache (transformers keeps a finished row computing padding until the last row stops);
 - inverse-CDF sampling instead of torch.multinomial;
 - in bf16, a bf16 copy of the weights (policy.bf16_copy, refreshed when the weights change) instead of autocast,
-  so the KV cache is bf16 too (under autocast K stays fp32 and is cast on every decode step), and its decode
-  steps attend with decode_attention.py (grouped matmuls) instead of SDPA, which reads a bf16 cache slowly;
+  so the KV cache is bf16 too (under autocast K stays fp32 and is cast on every decode step);
+- decode steps (fp32 or bf16) attend with decode_attention.py (decode_kernel.py's fused kernel where it is built,
+  else grouped matmuls) instead of SDPA, which reads a KV cache slowly;
 - a group's shared first prompt is kept ONCE, not once per row, in the KV store and in every turn's batch cache
   (`share_prompts`, on where decode_attention.py is the model's attention on a CPU), and the decode steps read it
   once per group (cascade attention, decode_attention.cascade_decode): at G = 8 rows a prompt of ~45 % of a

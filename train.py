@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 import config
+import decode_kernel
 import envs
 import filter as rvfilter
 import mi_proxy
@@ -545,8 +546,10 @@ def run_environment(args, device) -> dict:
     """What decided this run's numbers beyond its flags: the precision path (it depends on the CPU) and, for envs
     that run model-written code, the isolation they used; and whether large tensors got huge pages (speed only)."""
     bf16 = policy.bf16_default(device) if args.bf16 else False
+    cpu = torch.device(device).type == "cpu"
     return {"native_bf16": policy.bf16_supported(device), "huge_pages": policy.huge_pages(),
-            "precision": {"rollout": "bf16 weight copy, grouped decode attention" if bf16 else "fp32",
+            "decode_kernel": decode_kernel.status() if cpu else "not used (not a CPU)",   # decode_attention.py's
+            "precision": {"rollout": "bf16 weight copy, decode_attention.py" if bf16 else "fp32",
                           "update": "bf16 autocast" if bf16 else "fp32",
                           "mi": "fp32" if config.mi_bf16(args) is False else ("bf16" if bf16 else "fp32")},
             "env_isolation": getattr(envs.make_env(args.env, **json.loads(args.env_options)), "isolation", None)}

@@ -352,7 +352,8 @@ def run_threads(model, tok, shape, threads, a) -> list:
                      flops=None, bytes=None))
     rows.append(phase_train(model, shape, a, g))
     rows.append(phase_mi(model, shape, a, g))
-    rows.append(phase_rollout_host(model, tok, a))
+    if min(a.rollout_shape) > 0:                 # --rollout 0x0x0x0: no rollout parts at all
+        rows.append(phase_rollout_host(model, tok, a))
     peak = max(peak0, matmul_peak(dtype=dtype))
     lines = [f"**{a.precision_now}, {threads} thread{'s' if threads > 1 else ''}**: {a.precision_now} matmul peak "
              f"{peak:.0f} GFLOP/s (start "

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import config
+import decode_kernel
 import distributed
 import policy
 import rollout
@@ -232,6 +233,7 @@ def test_smoke_run_of_demo_settings_writes_everything(tmp_path):
     assert cfg["flags"]["env"] == "bandit" and cfg["env"]["torch"] == torch.__version__
     assert cfg["env"]["precision"] == {"rollout": "fp32", "update": "fp32", "mi": "fp32"}          # --no-bf16
     assert cfg["env"]["native_bf16"] == policy.bf16_supported("cpu") and cfg["env"]["env_isolation"] is None
+    assert cfg["env"]["decode_kernel"] == decode_kernel.status()     # which decode attention sampled
 
 
 # ------------------------------------------------------------------------------------------------- distributed
