@@ -109,7 +109,8 @@ def build(march: str = "native", namespace: str = "nanoragen"):
     from torch.utils import cpp_extension
     _with_ninja_on_path()
     name = f"{namespace}_decode_{_build_tag(march)}"
-    directory = Path(cpp_extension.get_default_build_root()) / name
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()   # (torch's own rule)
+    directory = Path(root) / name
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / "nanoragen.lock", "w") as held:
         try:

@@ -193,6 +193,8 @@ def test_the_environment_switch(tmp_path):
         bad = run(value)
         assert bad.returncode != 0, value
         assert bad.stderr.strip().splitlines()[-1].startswith(f"ValueError: $NANORAGEN_DECODE_KERNEL={value!r}")
+    assert [p.name for p in tmp_path.iterdir()] and all(p.name.startswith("nanoragen_decode_")   # only the failed
+                                                        for p in tmp_path.iterdir())          # build, and in there
 
 
 def test_a_build_killed_midway_does_not_hang_the_next(tmp_path):
@@ -208,6 +210,7 @@ def test_a_build_killed_midway_does_not_hang_the_next(tmp_path):
                           env={**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), decode_kernel.ENV: "1"},
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 0 and done.stdout.strip() == "built", done.stderr[-500:]
+    assert list((tmp_path / name).glob("*.so")) and not (tmp_path / name / "lock").exists()   # built there
 
 
 def test_it_runs_on_torchs_threads():
