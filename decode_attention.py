@@ -172,29 +172,43 @@ def attach(key: torch.Tensor, prefix: SharedPrefix) -> torch.Tensor:
     return key
 
 
+def _prompt_scores(qg, prefix: SharedPrefix):
+    """q k^T against each row's shared prompt, one matmul per prompt for all its rows: qg (B, KVH, G, D) ->
+    (B, KVH, G, Lp), in qg's dtype."""
+    B, KVH, G, D = qg.shape
+    (Np, R), Lp = prefix.rows.rows.shape, prefix.k.shape[2]
+    qp = torch.cat([qg, qg.new_zeros(1, KVH, G, D)])[prefix.rows.rows]            # (Np, R, KVH, G, D), pads: 0
+    qp = qp.transpose(1, 2).reshape(Np, KVH, R * G, D)
+    sp = torch.matmul(qp, prefix.k.transpose(-1, -2))                 # (Np, KVH, R x G, Lp): a prompt read once
+    return sp.view(Np, KVH, R, G, Lp).transpose(1, 2).reshape(Np * R, KVH, G, Lp)[prefix.rows.at]
+
+
+def _prompt_values(p, prefix: SharedPrefix):
+    """Probabilities over each row's shared prompt times its V, one matmul per prompt: p (B, KVH, G, Lp) ->
+    (B, KVH, G, D), in p's dtype."""
+    B, KVH, G, Lp = p.shape
+    (Np, R), D = prefix.rows.rows.shape, prefix.v.shape[-1]
+    pp = p.new_zeros(Np * R, KVH, G, Lp).index_copy_(0, prefix.rows.at, p)
+    pp = pp.view(Np, R, KVH, G, Lp).transpose(1, 2).reshape(Np, KVH, R * G, Lp)
+    op = torch.matmul(pp, prefix.v)                                   # (Np, KVH, R x G, D)
+    return op.view(Np, KVH, R, G, D).transpose(1, 2).reshape(Np * R, KVH, G, D)[prefix.rows.at]
+
+
 def cascade_decode(query, key, value, attention_mask, prefix: SharedPrefix, scaling=None):
     """grouped_decode over [shared prompt | the row's own slots]: query (B, H, 1, D), key / value (B, KVH, T, D)
     the rows' own slots, attention_mask None or (B, 1, 1, Lp + T) (bool, True = attend, or additive); returns
     (B, 1, H, D). The prompt part is one matmul per prompt for all its rows: (Np, KVH, R x G, D) @ (Np, KVH, D, Lp)."""
     B, H, _, D = query.shape
     KVH, Lp = key.shape[1], prefix.k.shape[2]
-    G, (Np, R) = H // KVH, prefix.rows.rows.shape
+    G = H // KVH
     scale = scaling if scaling is not None else D ** -0.5
     if _fused(query, key, value):
         return _cascade_fused(query, key, value, attention_mask, prefix, scale)
     qg, rest = _split_scale(query.reshape(B, KVH, G, D), scale)      # (B, KVH, G, D)
-    qp = torch.cat([qg, qg.new_zeros(1, KVH, G, D)])[prefix.rows.rows]            # (Np, R, KVH, G, D), pads: 0
-    qp = qp.transpose(1, 2).reshape(Np, KVH, R * G, D)
-    sp = torch.matmul(qp, prefix.k.transpose(-1, -2))                 # (Np, KVH, R x G, Lp): a prompt read once
-    sp = sp.view(Np, KVH, R, G, Lp).transpose(1, 2).reshape(Np * R, KVH, G, Lp)[prefix.rows.at]   # (B, KVH, G, Lp)
-    s = torch.cat([sp, _scores(qg, key)], dim=-1)                    # (B, KVH, G, Lp + T)
+    s = torch.cat([_prompt_scores(qg, prefix), _scores(qg, key)], dim=-1)         # (B, KVH, G, Lp + T)
     p = _softmax(s, attention_mask, rest, value.dtype)
     out = torch.matmul(p[..., Lp:], value)                            # (B, KVH, G, D): the rows' own slots
-    pp = p.new_zeros(Np * R, KVH, G, Lp).index_copy_(0, prefix.rows.at, p[..., :Lp])
-    pp = pp.view(Np, R, KVH, G, Lp).transpose(1, 2).reshape(Np, KVH, R * G, Lp)
-    op = torch.matmul(pp, prefix.v)                                   # (Np, KVH, R x G, D)
-    op = op.view(Np, KVH, R, G, D).transpose(1, 2).reshape(Np * R, KVH, G, D)[prefix.rows.at]
-    return (out + op).reshape(B, 1, H, D)
+    return (out + _prompt_values(p[..., :Lp], prefix)).reshape(B, 1, H, D)
 
 
 def _cascade_fused(query, key, value, attention_mask, prefix: SharedPrefix, scale: float):
@@ -203,23 +217,17 @@ def _cascade_fused(query, key, value, attention_mask, prefix: SharedPrefix, scal
     out = exp(lse_own - lse) out_own + exp(lse_prompt - lse) out_prompt, lse = logaddexp(lse_own, lse_prompt)."""
     B, H, _, D = query.shape
     KVH, Lp = key.shape[1], prefix.k.shape[2]
-    G, (Np, R) = H // KVH, prefix.rows.rows.shape
+    G = H // KVH
     own, lse_own = fused_decode(query, key, value, None if attention_mask is None else attention_mask[..., Lp:],
                                 scale)                                              # (B, KVH, G, D), (B, KVH, G)
     qg, rest = _split_scale(query.reshape(B, KVH, G, D), scale)
-    qp = torch.cat([qg, qg.new_zeros(1, KVH, G, D)])[prefix.rows.rows]            # (Np, R, KVH, G, D), pads: 0
-    qp = qp.transpose(1, 2).reshape(Np, KVH, R * G, D)
-    sp = torch.matmul(qp, prefix.k.transpose(-1, -2))                 # (Np, KVH, R x G, Lp): a prompt read once
-    sp = sp.view(Np, KVH, R, G, Lp).transpose(1, 2).reshape(Np * R, KVH, G, Lp)[prefix.rows.at].float() * rest
+    sp = _prompt_scores(qg, prefix).float() * rest                    # (B, KVH, G, Lp)
     if attention_mask is not None:
         m = attention_mask[..., :Lp]                                  # (B, 1, 1, Lp)
         sp = sp.masked_fill_(~m, float("-inf")) if m.dtype == torch.bool else sp.add_(m.float())
     lse_p = torch.logsumexp(sp, dim=-1)                               # (B, KVH, G); -inf: no prompt slot attended
     pp = torch.exp(sp - lse_p.masked_fill(lse_p == float("-inf"), 0.0)[..., None]).to(value.dtype)
-    pp = pp.new_zeros(Np * R, KVH, G, Lp).index_copy_(0, prefix.rows.at, pp)
-    pp = pp.view(Np, R, KVH, G, Lp).transpose(1, 2).reshape(Np, KVH, R * G, Lp)
-    op = torch.matmul(pp, prefix.v)                                   # (Np, KVH, R x G, D)
-    op = op.view(Np, KVH, R, G, D).transpose(1, 2).reshape(Np * R, KVH, G, D)[prefix.rows.at].float()
+    op = _prompt_values(pp, prefix).float()                           # (B, KVH, G, D)
     lse = torch.logaddexp(lse_own, lse_p)
     lse = lse.masked_fill(lse == float("-inf"), 0.0)                  # a row that attends to nothing: 0, not NaN
     out = own * torch.exp(lse_own - lse)[..., None] + op * torch.exp(lse_p - lse)[..., None]
